@@ -1,0 +1,26 @@
+//! The informer engine: client-go's shared informer in Rust and tokio.
+//!
+//! It owns list/watch bookkeeping, the cache and per-handler delivery. It
+//! knows nothing of wasm (see `crate::plugin`) nor of any transport (see
+//! `crate::source`): sources implement [`ListerWatcher`], handlers implement
+//! [`ResourceEventHandler`].
+
+mod delta_fifo;
+mod handler;
+mod lister_watcher;
+mod listener;
+mod object;
+mod processor;
+mod reflector;
+mod shared_informer;
+mod store;
+
+pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, Popped, Queue, TransformFunc};
+pub use handler::{Delivery, FnHandler, HandlerError, HandlerFuncs, Notification, ResourceEventHandler};
+pub use lister_watcher::{Backoff, ExponentialBackoff, ListResult, ListerWatcher, SourceError, WatchEvent, WatchStream};
+pub use listener::{CRASH_BACKOFF, ListenerStats, Registration};
+pub use object::{DeletedObject, Object, ObjectError, ObjectRef};
+pub use processor::{MINIMUM_RESYNC_PERIOD, determine_resync_period};
+pub use reflector::WatchErrorHandler;
+pub use shared_informer::{InformerError, InformerOptions, SharedIndexInformer};
+pub use store::{IndexError, IndexFunc, Indexer, NAMESPACE_INDEX};

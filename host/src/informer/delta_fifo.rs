@@ -292,10 +292,7 @@ mod tests {
     use crate::informer::Object;
 
     fn obj(name: &str, rv: u32) -> ObjectRef {
-        Arc::new(
-            Object::from_json(format!(r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#))
-                .unwrap(),
-        )
+        Arc::new(Object::from_json(format!(r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#)).unwrap())
     }
 
     fn kinds(d: &Deltas) -> Vec<DeltaType> {

@@ -82,7 +82,11 @@ impl ProcessorListener {
             name,
             buffer: Mutex::new(Buffer { queue: VecDeque::new(), closed: false }),
             wake: Notify::new(),
-            resync: Mutex::new(Resync { requested: requested_resync, period: resync_period, next: now + resync_period }),
+            resync: Mutex::new(Resync {
+                requested: requested_resync,
+                period: resync_period,
+                next: now + resync_period,
+            }),
             initial_pending: AtomicUsize::new(0),
             upstream_synced,
             stats: ListenerStats::default(),

@@ -26,7 +26,9 @@ pub enum WatchEvent {
     /// Carries the last state of the deleted object.
     Deleted(ObjectRef),
     /// The server has sent every event up to `resource_version`.
-    Bookmark { resource_version: String },
+    Bookmark {
+        resource_version: String,
+    },
 }
 
 /// Why a list or watch failed. `Gone` makes the reflector relist.

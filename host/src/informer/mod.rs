@@ -7,8 +7,8 @@
 
 mod delta_fifo;
 mod handler;
-mod lister_watcher;
 mod listener;
+mod lister_watcher;
 mod object;
 mod processor;
 mod reflector;
@@ -17,8 +17,10 @@ mod store;
 
 pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, Popped, Queue, TransformFunc};
 pub use handler::{Delivery, FnHandler, HandlerError, HandlerFuncs, Notification, ResourceEventHandler};
-pub use lister_watcher::{Backoff, ExponentialBackoff, ListResult, ListerWatcher, SourceError, WatchEvent, WatchStream};
 pub use listener::{CRASH_BACKOFF, ListenerStats, Registration};
+pub use lister_watcher::{
+    Backoff, ExponentialBackoff, ListResult, ListerWatcher, SourceError, WatchEvent, WatchStream,
+};
 pub use object::{DeletedObject, Object, ObjectError, ObjectRef};
 pub use processor::{MINIMUM_RESYNC_PERIOD, determine_resync_period};
 pub use reflector::WatchErrorHandler;

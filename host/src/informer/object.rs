@@ -92,16 +92,7 @@ impl Object {
         let kind = head.kind.unwrap_or_default().into();
         let uid = meta.uid.map(Into::into);
         let resource_version = meta.resource_version.map(Into::into);
-        Ok(Object {
-            key: key.into_boxed_str(),
-            name_at,
-            api_version,
-            kind,
-            uid,
-            resource_version,
-            labels,
-            json,
-        })
+        Ok(Object { key: key.into_boxed_str(), name_at, api_version, kind, uid, resource_version, labels, json })
     }
 
     /// Parses a raw JSON value taken from a list without copying it twice.
@@ -141,10 +132,7 @@ impl Object {
         self.labels.iter().map(|(k, v)| (&**k, &**v))
     }
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .binary_search_by(|(k, _)| (**k).cmp(key))
-            .ok()
-            .map(|i| &*self.labels[i].1)
+        self.labels.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.labels[i].1)
     }
     /// The JSON text of this version, as the source produced it.
     pub fn json(&self) -> &str {
@@ -187,7 +175,10 @@ impl Object {
 pub enum DeletedObject {
     Object(ObjectRef),
     /// The key vanished from a relist; `obj` is the last state the cache had.
-    FinalStateUnknown { key: Box<str>, obj: ObjectRef },
+    FinalStateUnknown {
+        key: Box<str>,
+        obj: ObjectRef,
+    },
 }
 
 impl DeletedObject {
@@ -219,18 +210,13 @@ mod tests {
 
     #[test]
     fn missing_name_is_an_error() {
-        assert!(matches!(
-            Object::from_json(r#"{"kind":"Pod","metadata":{}}"#),
-            Err(ObjectError::MissingName)
-        ));
+        assert!(matches!(Object::from_json(r#"{"kind":"Pod","metadata":{}}"#), Err(ObjectError::MissingName)));
     }
 
     #[test]
     fn pointer_and_annotations() {
-        let o = Object::from_json(
-            r#"{"metadata":{"name":"a","annotations":{"x":"1"}},"spec":{"replicas":3}}"#,
-        )
-        .unwrap();
+        let o =
+            Object::from_json(r#"{"metadata":{"name":"a","annotations":{"x":"1"}},"spec":{"replicas":3}}"#).unwrap();
         assert_eq!(o.pointer_value("/spec/replicas"), Some(serde_json::json!(3)));
         assert_eq!(o.annotations(), vec![("x".to_string(), "1".to_string())]);
     }

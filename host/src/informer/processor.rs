@@ -25,9 +25,7 @@ pub fn determine_resync_period(desired: Duration, check: Duration) -> Duration {
         return desired;
     }
     if check.is_zero() {
-        tracing::warn!(
-            "resync period {desired:?} is invalid because this shared informer doesn't support resyncing"
-        );
+        tracing::warn!("resync period {desired:?} is invalid because this shared informer doesn't support resyncing");
         return Duration::ZERO;
     }
     if desired < check {

@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::delta_fifo::{DeltaFifo, DeltaObject, DeltaType, Popped, Queue, TransformFunc};
 use super::handler::{Notification, ResourceEventHandler};
-use super::lister_watcher::{ListerWatcher, SourceError};
 use super::listener::{ProcessorListener, Registration};
+use super::lister_watcher::{ListerWatcher, SourceError};
 use super::object::DeletedObject;
 use super::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
 use super::reflector::{Reflector, WatchErrorHandler};
@@ -229,8 +229,7 @@ impl SharedIndexInformer {
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let weak = Arc::downgrade(inner);
         let upstream = Arc::new(move || {
-            weak.upgrade()
-                .is_some_and(|i| i.state.lock().fifo.as_ref().is_some_and(|f| f.has_synced()))
+            weak.upgrade().is_some_and(|i| i.state.lock().fifo.as_ref().is_some_and(|f| f.has_synced()))
         });
         let listener = ProcessorListener::new(
             id,

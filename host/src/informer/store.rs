@@ -149,10 +149,7 @@ impl Indexer {
     /// Objects whose index `index` yields `value`.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<ObjectRef>, IndexError> {
         let inner = self.inner.read();
-        let idx = inner
-            .indices
-            .get(index)
-            .ok_or_else(|| IndexError::NoSuchIndex(index.to_string()))?;
+        let idx = inner.indices.get(index).ok_or_else(|| IndexError::NoSuchIndex(index.to_string()))?;
         Ok(idx
             .get(value)
             .map(|keys| keys.iter().filter_map(|k| inner.items.get(k).cloned()).collect())
@@ -161,12 +158,7 @@ impl Indexer {
 
     /// The values an index currently holds.
     pub fn list_index_func_values(&self, index: &str) -> Vec<String> {
-        self.inner
-            .read()
-            .indices
-            .get(index)
-            .map(|i| i.keys().cloned().collect())
-            .unwrap_or_default()
+        self.inner.read().indices.get(index).map(|i| i.keys().cloned().collect()).unwrap_or_default()
     }
 }
 
@@ -227,10 +219,7 @@ mod tests {
         assert_eq!(s.by_index("app", "web").unwrap().len(), 1);
         s.add(obj("a", "x", "db"));
         assert!(s.by_index("app", "web").unwrap().is_empty());
-        assert_eq!(
-            s.add_indexers(HashMap::from([("app".to_string(), f)])),
-            Err(IndexError::Conflict("app".into()))
-        );
+        assert_eq!(s.add_indexers(HashMap::from([("app".to_string(), f)])), Err(IndexError::Conflict("app".into())));
         assert!(matches!(s.by_index("nope", "x"), Err(IndexError::NoSuchIndex(_))));
     }
 }

@@ -14,7 +14,9 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::informer::{ListResult, ListerWatcher, Object, ObjectError, ObjectRef, SourceError, WatchEvent, WatchStream};
+use crate::informer::{
+    ListResult, ListerWatcher, Object, ObjectError, ObjectRef, SourceError, WatchEvent, WatchStream,
+};
 
 /// Events kept for resuming watches before the oldest are compacted.
 pub const DEFAULT_HISTORY: usize = 100_000;

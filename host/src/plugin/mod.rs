@@ -1,42 +1,79 @@
-//! The wasm plugin runtime. (API sketch; implementation in progress.)
+//! The wasm plugin runtime: every handler is a sandboxed component.
 //!
-//! It owns the wasmtime engine, compiled components, per-plugin sandboxes
-//! and the adapter from a component to the engine's handler trait. It
+//! It owns the process-wide wasmtime [`PluginRuntime`] (engine, epoch
+//! ticker, compile cache), loading and type-checking components against
+//! the WIT world in `wit/`, per-instance sandboxes (fuel per call, an
+//! epoch deadline per call, a memory cap, capabilities), and
+//! [`WasmHandler`], which adapts a component to the engine's
+//! [`ResourceEventHandler`](crate::informer::ResourceEventHandler). It
 //! knows nothing of Kubernetes transport.
+//!
+//! # Execution model
+//!
+//! Calls are synchronous typed component calls (≈ 80 ns host→guest in
+//! wasmtime's own measurements, against ≈ 1.4 µs for a component-model
+//! async call). They run on tokio's blocking pool, bounded by the
+//! informer's `blocking_workers` semaphore, so hundreds of plugins share a
+//! few threads and a plugin spinning until its deadline holds one worker
+//! and never the runtime or another plugin. Each wake-up of a listener
+//! hands the worker a whole batch of pending notifications (up to 256), so
+//! the hop to the pool is paid once per batch, not per notification; a
+//! trap still identifies exactly the one notification to skip because the
+//! batch is delivered one call at a time. `benches/wasm.rs` measures the
+//! alternatives' costs side by side with the native handler.
+//!
+//! # Failure
+//!
+//! Any trap (panic, `unreachable`, fuel, deadline, memory cap) is client-go's
+//! handler panic: the notification is skipped, the listener waits one second,
+//! and the trapped instance is dropped; the next call gets a fresh instance
+//! from the `InstancePre`, with `init` called again. Unlike Go, where the
+//! handler keeps its memory across a panic, state inside the guest is lost
+//! ([`OnTrap::Replay`] re-delivers the cache to rebuild it).
+
+mod bindings;
+mod handler;
+mod runtime;
+mod sandbox;
+mod stderr;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::informer::{Indexer, ObjectRef};
+pub use bindings::Level;
+pub use handler::WasmHandler;
+pub use runtime::{LoadedPlugin, PluginRuntime, WORLD};
+
+use crate::informer::{IndexError, Indexer, NAMESPACE_INDEX, Object, ObjectRef};
 
 /// Why a plugin could not be loaded or run. Every message names the plugin
 /// and, where there is one, its file.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PluginError {
     #[error("plugin {plugin:?}: cannot read {file}: {message}")]
     Io { plugin: String, file: PathBuf, message: String },
     #[error("plugin {plugin:?}: {file} is not a WebAssembly component: {message}")]
     NotAComponent { plugin: String, file: PathBuf, message: String },
-    #[error("plugin {plugin:?}: {file} does not implement the plugin world: {message}")]
+    #[error("plugin {plugin:?}: {file} does not implement the plugin world {WORLD}: {message}")]
     WrongWorld { plugin: String, file: PathBuf, message: String },
     #[error("plugin {plugin:?}: {file} imports {import}, which its configuration does not grant")]
     NotGranted { plugin: String, file: PathBuf, import: String },
-    #[error("plugin {plugin:?}: init failed: {message}")]
-    Init { plugin: String, message: String },
-    #[error("plugin {plugin:?}: trapped in init: {message}")]
-    InitTrap { plugin: String, message: String },
+    #[error("plugin {plugin:?}: {file}: init returned an error: {message}")]
+    Init { plugin: String, file: PathBuf, message: String },
+    #[error("plugin {plugin:?}: {file}: trapped in init: {message}")]
+    InitTrap { plugin: String, file: PathBuf, message: String },
     #[error("wasm engine: {0}")]
     Engine(String),
 }
 
 /// Per-call and per-instance limits of one plugin.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Fuel per call (`None`: unlimited).
     pub fuel_per_call: Option<u64>,
-    /// Wall-clock deadline per call.
+    /// Wall-clock deadline per call (enforced with epoch interruption).
     pub deadline_per_call: Duration,
     /// Linear-memory cap per instance, in bytes.
     pub memory_bytes: usize,
@@ -49,12 +86,43 @@ impl Default for Limits {
 }
 
 /// Capabilities a plugin is granted (imports other than `types`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Grants {
+    /// The `log` import.
     pub log: bool,
+    /// The `cache` import.
     pub cache: bool,
     /// Real wall and monotonic clocks (otherwise frozen at zero).
     pub clocks: bool,
+}
+
+impl Grants {
+    /// Every capability.
+    pub fn all() -> Self {
+        Grants { log: true, cache: true, clocks: true }
+    }
+}
+
+/// What to do with a fresh instance after a trap.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnTrap {
+    /// Go on with the next notification (client-go's behaviour, minus the
+    /// guest's memory).
+    #[default]
+    Continue,
+    /// First hand the fresh instance the whole cache as initial-list adds.
+    Replay,
+}
+
+/// Receives every line a plugin logs (besides `tracing`); for tests and
+/// the admin API.
+#[derive(Clone)]
+pub struct LogSink(pub Arc<dyn Fn(Level, &str) + Send + Sync>);
+
+impl std::fmt::Debug for LogSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogSink")
+    }
 }
 
 /// Everything needed to load one plugin.
@@ -67,12 +135,30 @@ pub struct PluginSpec {
     pub config_json: String,
     pub limits: Limits,
     pub grants: Grants,
+    pub on_trap: OnTrap,
+    pub log_sink: Option<LogSink>,
+}
+
+impl PluginSpec {
+    /// A spec with default limits, no grants and `{}` as config.
+    pub fn new(name: impl Into<String>, wasm: impl Into<PathBuf>) -> Self {
+        PluginSpec {
+            name: name.into(),
+            tenant: None,
+            wasm: wasm.into(),
+            config_json: "{}".into(),
+            limits: Limits::default(),
+            grants: Grants::default(),
+            on_trap: OnTrap::Continue,
+            log_sink: None,
+        }
+    }
 }
 
 /// Engine-wide settings.
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeConfig {
-    /// Where compiled components are kept across restarts (`None`: no disk cache).
+    /// Where compiled components are kept across restarts (`None`: memory only).
     pub cache_dir: Option<PathBuf>,
 }
 
@@ -83,9 +169,16 @@ pub struct PluginStats {
     pub restarts: AtomicU64,
     /// Fuel consumed by all calls.
     pub fuel_consumed: AtomicU64,
-    /// Total nanoseconds spent in calls, and the number of calls.
+    /// Nanoseconds spent in calls, and the number of calls.
     pub call_nanos: AtomicU64,
     pub calls: AtomicU64,
+    /// Calls of `object.json()` (metadata-only plugins keep this at 0).
+    pub json_calls: AtomicU64,
+    /// Traps, by cause.
+    pub traps_fuel: AtomicU64,
+    pub traps_deadline: AtomicU64,
+    pub traps_memory: AtomicU64,
+    pub traps_other: AtomicU64,
 }
 
 /// What `load` learned about a plugin (for `check` and the start-up log).
@@ -97,40 +190,47 @@ pub struct PluginInfo {
     /// Content hash (sha256, hex) of the component.
     pub hash: String,
     pub world: String,
+    /// Interfaces the component imports.
     pub imports: Vec<String>,
     pub compile_time: Duration,
     pub from_cache: bool,
+    /// Time to instantiate from the `InstancePre` and call `init`.
+    pub instantiate_time: Duration,
 }
 
-/// The process-wide wasmtime engine and compile cache.
+/// A filter deciding which objects a plugin may see.
+pub type Visibility = Arc<dyn Fn(&Object) -> bool + Send + Sync>;
+
+/// The read-only view of an informer's cache behind the `cache` import.
 #[derive(Clone)]
-pub struct PluginRuntime {
-    _private: Arc<()>,
+pub struct CacheView {
+    indexer: Indexer,
+    visible: Option<Visibility>,
 }
 
-/// A compiled, type-checked plugin ready to be instantiated.
-pub struct LoadedPlugin {
-    pub info: PluginInfo,
-    pub stats: Arc<PluginStats>,
-}
-
-impl PluginRuntime {
-    pub fn new(_config: RuntimeConfig) -> Result<Self, PluginError> {
-        todo!("plugin runtime in progress")
+impl CacheView {
+    /// Everything in `indexer`.
+    pub fn new(indexer: Indexer) -> Self {
+        CacheView { indexer, visible: None }
     }
-    /// Reads, compiles (or loads from cache) and type-checks a plugin, then
-    /// instantiates it once and calls `init` to prove it works.
-    pub fn load(&self, _spec: PluginSpec) -> Result<LoadedPlugin, PluginError> {
-        todo!("plugin runtime in progress")
+    /// Only the objects `visible` accepts (e.g. a tenant's namespaces).
+    pub fn filtered(indexer: Indexer, visible: Visibility) -> Self {
+        CacheView { indexer, visible: Some(visible) }
+    }
+    fn ok(&self, o: &Object) -> bool {
+        self.visible.as_ref().is_none_or(|f| f(o))
+    }
+    pub fn get(&self, key: &str) -> Option<ObjectRef> {
+        self.indexer.get(key).filter(|o| self.ok(o))
+    }
+    pub fn list(&self, namespace: Option<&str>) -> Vec<ObjectRef> {
+        let all = match namespace {
+            Some(ns) => self.indexer.by_index(NAMESPACE_INDEX, ns).unwrap_or_default(),
+            None => self.indexer.list(),
+        };
+        all.into_iter().filter(|o| self.ok(o)).collect()
+    }
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<ObjectRef>, IndexError> {
+        Ok(self.indexer.by_index(index, value)?.into_iter().filter(|o| self.ok(o)).collect())
     }
 }
-
-impl LoadedPlugin {
-    /// A handler for the engine; `cache` is what the `cache` import reads.
-    pub fn handler(&self, _cache: Indexer) -> Result<Box<dyn crate::informer::ResourceEventHandler>, PluginError> {
-        todo!("plugin runtime in progress")
-    }
-}
-
-#[allow(dead_code)]
-fn _unused(_: ObjectRef) {}

@@ -1,0 +1,224 @@
+//! [`WasmHandler`]: a component instance behind the engine's handler trait.
+//!
+//! This module owns one registration's instance life cycle: instantiate
+//! from the `InstancePre` and `init`, arm fuel and the epoch deadline before
+//! every call, turn a trap into [`HandlerError::Crashed`] with its cause,
+//! and never call a trapped instance again (the next call gets a fresh one,
+//! optionally replayed the cache first).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use wasmtime::{Engine, Store, Trap};
+
+use super::bindings::{Deleted, Plugin, PluginPre, Tombstone};
+use super::runtime::EPOCH_TICK;
+use super::sandbox::{PluginShared, Sandbox, new_store};
+use super::{OnTrap, PluginError, PluginSpec};
+use crate::informer::{DeletedObject, Delivery, HandlerError, ObjectRef, ResourceEventHandler};
+
+/// Init gets this many times a call's fuel and deadline.
+const INIT_FACTOR: u32 = 10;
+
+struct Live {
+    store: Store<Sandbox>,
+    plugin: Plugin,
+}
+
+/// Delivers notifications into one instance of a plugin.
+pub struct WasmHandler {
+    engine: Engine,
+    pre: PluginPre<Sandbox>,
+    shared: Arc<PluginShared>,
+    spec: PluginSpec,
+    live: Option<Live>,
+    instantiate_time: Duration,
+}
+
+type CallResult = wasmtime::Result<Result<(), String>>;
+
+impl WasmHandler {
+    pub(crate) fn new(
+        engine: Engine,
+        pre: PluginPre<Sandbox>,
+        shared: Arc<PluginShared>,
+        spec: PluginSpec,
+    ) -> Result<Self, PluginError> {
+        let mut h = WasmHandler { engine, pre, shared, spec, live: None, instantiate_time: Duration::ZERO };
+        h.start()?;
+        Ok(h)
+    }
+
+    /// How long the last instantiation plus `init` took.
+    pub fn instantiate_time(&self) -> Duration {
+        self.instantiate_time
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn arm(&self, store: &mut Store<Sandbox>, factor: u32) -> u64 {
+        let fuel = self.spec.limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
+        // Fuel is always enabled on the engine; unlimited means "a lot".
+        let _ = store.set_fuel(fuel);
+        let deadline = self.spec.limits.deadline_per_call * factor;
+        let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+        // +1: the next tick may be only an instant away.
+        store.set_epoch_deadline(ticks.max(1) + 1);
+        fuel
+    }
+
+    fn start(&mut self) -> Result<(), PluginError> {
+        let t = Instant::now();
+        let mut store = new_store(&self.engine, self.shared.clone());
+        self.arm(&mut store, INIT_FACTOR);
+        let trap = |h: &Self, e: wasmtime::Error, store: &Store<Sandbox>| PluginError::InitTrap {
+            plugin: h.spec.name.clone(),
+            file: h.spec.wasm.clone(),
+            message: h.describe(&e, store, INIT_FACTOR),
+        };
+        let plugin = match self.pre.instantiate(&mut store) {
+            Ok(p) => p,
+            Err(e) => return Err(trap(self, e, &store)),
+        };
+        match plugin.informer_host_plugin_resource_event_handler().call_init(&mut store, &self.spec.config_json) {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => {
+                return Err(PluginError::Init { plugin: self.spec.name.clone(), file: self.spec.wasm.clone(), message });
+            }
+            Err(e) => return Err(trap(self, e, &store)),
+        }
+        self.instantiate_time = t.elapsed();
+        self.live = Some(Live { store, plugin });
+        Ok(())
+    }
+
+    /// Names the cause of a trap for logs and metrics.
+    fn describe(&self, e: &wasmtime::Error, store: &Store<Sandbox>, factor: u32) -> String {
+        let stats = &self.shared.stats;
+        let limits = &self.spec.limits;
+        let mut msg = match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => {
+                stats.traps_fuel.fetch_add(1, Ordering::Relaxed);
+                let fuel = limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
+                format!("out of fuel ({fuel} per call)")
+            }
+            Some(Trap::Interrupt) => {
+                stats.traps_deadline.fetch_add(1, Ordering::Relaxed);
+                format!("deadline of {:?} per call exceeded", limits.deadline_per_call * factor)
+            }
+            _ if store.data().limiter.refused => {
+                stats.traps_memory.fetch_add(1, Ordering::Relaxed);
+                format!("memory cap of {} bytes reached ({e})", limits.memory_bytes)
+            }
+            Some(t) => {
+                stats.traps_other.fetch_add(1, Ordering::Relaxed);
+                format!("trap: {t}")
+            }
+            None => {
+                stats.traps_other.fetch_add(1, Ordering::Relaxed);
+                format!("{e:#}")
+            }
+        };
+        if let Some(line) = store.data().stderr.last_line() {
+            msg.push_str(&format!(" (stderr: {line})"));
+        }
+        msg
+    }
+
+    /// A live instance, making a fresh one after a trap.
+    fn instance(&mut self) -> Result<&mut Live, HandlerError> {
+        if self.live.is_none() {
+            self.shared.stats.restarts.fetch_add(1, Ordering::Relaxed);
+            self.start().map_err(|e| HandlerError::Crashed(format!("cannot start a fresh instance: {e}")))?;
+            if self.spec.on_trap == OnTrap::Replay {
+                self.replay_cache();
+            }
+            tracing::info!(plugin = %self.spec.name, "fresh instance after a trap");
+        }
+        Ok(self.live.as_mut().expect("started above"))
+    }
+
+    /// Hands a fresh instance the whole visible cache as initial adds.
+    fn replay_cache(&mut self) {
+        let Some(cache) = self.shared.cache.clone() else { return };
+        for obj in cache.list(None) {
+            if let Err(HandlerError::Crashed(msg)) = self.call_on(|store, p| {
+                let r = store.data_mut().push_object(obj)?;
+                p.informer_host_plugin_resource_event_handler().call_on_add(store, r, true)
+            }) {
+                tracing::error!(plugin = %self.spec.name, "replay into a fresh instance trapped: {msg}");
+                return;
+            }
+        }
+    }
+
+    /// Calls into the live instance (no restart: used by replay).
+    fn call_on(&mut self, f: impl FnOnce(&mut Store<Sandbox>, &Plugin) -> CallResult) -> Result<(), HandlerError> {
+        let Some(mut live) = self.live.take() else {
+            return Err(HandlerError::Crashed("no live instance".into()));
+        };
+        let fuel = self.arm(&mut live.store, 1);
+        let started = Instant::now();
+        let r = f(&mut live.store, &live.plugin);
+        let stats = &self.shared.stats;
+        stats.call_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        stats.calls.fetch_add(1, Ordering::Relaxed);
+        let left = live.store.get_fuel().unwrap_or(0);
+        stats.fuel_consumed.fetch_add(fuel.saturating_sub(left), Ordering::Relaxed);
+        match r {
+            Ok(Ok(())) => {
+                self.live = Some(live);
+                Ok(())
+            }
+            Ok(Err(msg)) => {
+                self.live = Some(live);
+                Err(HandlerError::Failed(msg))
+            }
+            // The instance is poisoned for good: it is dropped here.
+            Err(e) => Err(HandlerError::Crashed(self.describe(&e, &live.store, 1))),
+        }
+    }
+
+    fn call(&mut self, f: impl FnOnce(&mut Store<Sandbox>, &Plugin) -> CallResult) -> Result<(), HandlerError> {
+        self.instance()?;
+        self.call_on(f)
+    }
+}
+
+impl ResourceEventHandler for WasmHandler {
+    fn on_add(&mut self, obj: &ObjectRef, is_in_initial_list: bool) -> Result<(), HandlerError> {
+        self.call(|store, p| {
+            let r = store.data_mut().push_object(obj.clone())?;
+            p.informer_host_plugin_resource_event_handler().call_on_add(store, r, is_in_initial_list)
+        })
+    }
+
+    fn on_update(&mut self, old: &ObjectRef, new: &ObjectRef) -> Result<(), HandlerError> {
+        self.call(|store, p| {
+            let o = store.data_mut().push_object(old.clone())?;
+            let n = store.data_mut().push_object(new.clone())?;
+            p.informer_host_plugin_resource_event_handler().call_on_update(store, o, n)
+        })
+    }
+
+    fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
+        self.call(|store, p| {
+            let d = match obj {
+                DeletedObject::Object(o) => Deleted::Object(store.data_mut().push_object(o.clone())?),
+                DeletedObject::FinalStateUnknown { key, obj } => Deleted::UnknownFinalState(Tombstone {
+                    key: key.to_string(),
+                    last_known: Some(store.data_mut().push_object(obj.clone())?),
+                }),
+            };
+            p.informer_host_plugin_resource_event_handler().call_on_delete(store, &d)
+        })
+    }
+
+    fn delivery(&self) -> Delivery {
+        Delivery::Blocking
+    }
+}

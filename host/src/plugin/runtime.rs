@@ -1,0 +1,286 @@
+//! The process-wide wasm engine: compile, cache, type-check, pre-instantiate.
+//!
+//! This module owns the one `wasmtime::Engine` (component model, fuel,
+//! epoch interruption driven by one ticker thread), the compile cache
+//! (in memory by content hash, and on disk so a restart does not
+//! recompile), one `Linker` per set of grants, and the checks that turn a
+//! bad file into a [`PluginError`] naming the plugin and the file.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+use super::bindings::{PluginPre, informer_host};
+use super::handler::WasmHandler;
+use super::sandbox::{PluginShared, Sandbox};
+use super::{CacheView, Grants, PluginError, PluginInfo, PluginSpec, PluginStats};
+
+/// The WIT world every plugin implements.
+pub const WORLD: &str = "informer-host:plugin/plugin@0.1.0";
+const EXPORT: &str = "informer-host:plugin/resource-event-handler";
+const TYPES: &str = "informer-host:plugin/types";
+const LOG: &str = "informer-host:plugin/log";
+const CACHE: &str = "informer-host:plugin/cache";
+
+/// How often the epoch advances; deadlines are rounded up to it.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
+
+struct Inner {
+    engine: Engine,
+    cache_dir: Option<PathBuf>,
+    compiled: Mutex<HashMap<String, Component>>,
+    linkers: Mutex<HashMap<Grants, Arc<Linker<Sandbox>>>>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The process-wide engine. Cheap to clone.
+///
+/// ```no_run
+/// use informer_host::plugin::{PluginRuntime, PluginSpec, RuntimeConfig};
+/// let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+/// let plugin = rt.load(PluginSpec::new("event-log", "event_log.wasm")).unwrap();
+/// println!("{} compiled in {:?}", plugin.info.name, plugin.info.compile_time);
+/// ```
+#[derive(Clone)]
+pub struct PluginRuntime {
+    inner: Arc<Inner>,
+}
+
+/// A compiled, type-checked plugin whose `init` ran once successfully.
+pub struct LoadedPlugin {
+    pub info: PluginInfo,
+    pub spec: PluginSpec,
+    pub stats: Arc<PluginStats>,
+    pre: PluginPre<Sandbox>,
+    engine: Engine,
+}
+
+impl PluginRuntime {
+    pub fn new(config: crate::plugin::RuntimeConfig) -> Result<Self, PluginError> {
+        let mut c = Config::new();
+        c.wasm_component_model(true).consume_fuel(true).epoch_interruption(true);
+        let engine = Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.weak();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("wasm-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        match engine.upgrade() {
+                            Some(e) => e.increment_epoch(),
+                            None => return,
+                        }
+                    }
+                })
+                .map_err(|e| PluginError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        }
+        if let Some(dir) = &config.cache_dir {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| PluginError::Engine(format!("cannot create cache dir {}: {e}", dir.display())))?;
+        }
+        Ok(PluginRuntime {
+            inner: Arc::new(Inner {
+                engine,
+                cache_dir: config.cache_dir,
+                compiled: Mutex::new(HashMap::new()),
+                linkers: Mutex::new(HashMap::new()),
+                stop_ticker: stop,
+            }),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    fn linker(&self, grants: &Grants) -> Result<Arc<Linker<Sandbox>>, PluginError> {
+        let mut linkers = self.inner.linkers.lock();
+        if let Some(l) = linkers.get(grants) {
+            return Ok(l.clone());
+        }
+        let engine_err = |e: wasmtime::Error| PluginError::Engine(format!("{e:#}"));
+        let mut l = Linker::new(&self.inner.engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut l).map_err(engine_err)?;
+        informer_host::plugin::types::add_to_linker::<_, HasSelf<_>>(&mut l, |s| s).map_err(engine_err)?;
+        if grants.log {
+            informer_host::plugin::log::add_to_linker::<_, HasSelf<_>>(&mut l, |s| s).map_err(engine_err)?;
+        }
+        if grants.cache {
+            informer_host::plugin::cache::add_to_linker::<_, HasSelf<_>>(&mut l, |s| s).map_err(engine_err)?;
+        }
+        let l = Arc::new(l);
+        linkers.insert(grants.clone(), l.clone());
+        Ok(l)
+    }
+
+    /// Compiles `bytes`, or takes the compiled form from memory or disk.
+    fn compile(&self, spec: &PluginSpec, bytes: &[u8], hash: &str) -> Result<(Component, bool), PluginError> {
+        if let Some(c) = self.inner.compiled.lock().get(hash) {
+            return Ok((c.clone(), true));
+        }
+        let engine = &self.inner.engine;
+        let cached_file = self.inner.cache_dir.as_ref().map(|d| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut h);
+            d.join(format!("{hash}-{:016x}.cwasm", h.finish()))
+        });
+        if let Some(path) = cached_file.as_ref().filter(|p| p.exists()) {
+            // SAFETY: the file was written by `Component::serialize` of an
+            // engine with the same compatibility hash (it is in the name),
+            // into a cache directory this process owns.
+            match unsafe { Component::deserialize_file(engine, path) } {
+                Ok(c) => {
+                    self.inner.compiled.lock().insert(hash.to_string(), c.clone());
+                    return Ok((c, true));
+                }
+                Err(e) => tracing::warn!(plugin = %spec.name, "ignoring unusable compile cache {}: {e:#}", path.display()),
+            }
+        }
+        let c = Component::new(engine, bytes).map_err(|e| PluginError::NotAComponent {
+            plugin: spec.name.clone(),
+            file: spec.wasm.clone(),
+            message: format!("{e:#}"),
+        })?;
+        if let Some(path) = &cached_file {
+            match c.serialize() {
+                Ok(b) => {
+                    let tmp = path.with_extension("tmp");
+                    if let Err(e) = std::fs::write(&tmp, b).and_then(|_| std::fs::rename(&tmp, path)) {
+                        tracing::warn!(plugin = %spec.name, "cannot write compile cache {}: {e}", path.display());
+                    }
+                }
+                Err(e) => tracing::warn!(plugin = %spec.name, "cannot serialize component: {e:#}"),
+            }
+        }
+        self.inner.compiled.lock().insert(hash.to_string(), c.clone());
+        Ok((c, false))
+    }
+
+    /// Reads, compiles (or loads from cache) and type-checks a plugin, then
+    /// instantiates it once and calls `init` to prove it works.
+    pub fn load(&self, spec: PluginSpec) -> Result<LoadedPlugin, PluginError> {
+        let bytes = std::fs::read(&spec.wasm).map_err(|e| PluginError::Io {
+            plugin: spec.name.clone(),
+            file: spec.wasm.clone(),
+            message: e.to_string(),
+        })?;
+        self.load_bytes(spec, &bytes)
+    }
+
+    /// Like [`PluginRuntime::load`] for bytes already in memory (uploads).
+    pub fn load_bytes(&self, spec: PluginSpec, bytes: &[u8]) -> Result<LoadedPlugin, PluginError> {
+        check_preamble(&spec, bytes)?;
+        let hash = hex::encode(Sha256::digest(bytes));
+        let started = Instant::now();
+        let (component, from_cache) = self.compile(&spec, bytes, &hash)?;
+        let compile_time = started.elapsed();
+        let engine = &self.inner.engine;
+        let wrong = |message: String| PluginError::WrongWorld {
+            plugin: spec.name.clone(),
+            file: spec.wasm.clone(),
+            message,
+        };
+        let ty = component.component_type();
+        let imports: Vec<String> = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
+        let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+        if !exports.iter().any(|e| e.starts_with(EXPORT)) {
+            return Err(wrong(format!("missing export {EXPORT}@0.1.0; it exports [{}]", exports.join(", "))));
+        }
+        for import in &imports {
+            let granted = if import.starts_with("wasi:") || import.starts_with(TYPES) {
+                true
+            } else if import.starts_with(LOG) {
+                spec.grants.log
+            } else if import.starts_with(CACHE) {
+                spec.grants.cache
+            } else {
+                return Err(wrong(format!("imports {import}, which no host provides")));
+            };
+            if !granted {
+                return Err(PluginError::NotGranted {
+                    plugin: spec.name.clone(),
+                    file: spec.wasm.clone(),
+                    import: import.clone(),
+                });
+            }
+        }
+        let linker = self.linker(&spec.grants)?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(|e| wrong(format!("{e:#}")))?;
+        let pre = PluginPre::new(instance_pre).map_err(|e| wrong(format!("{e:#}")))?;
+        let size_bytes = bytes.len() as u64;
+        let info = PluginInfo {
+            name: spec.name.clone(),
+            file: spec.wasm.clone(),
+            size_bytes,
+            hash,
+            world: WORLD.to_string(),
+            imports,
+            compile_time,
+            from_cache,
+            instantiate_time: Duration::ZERO,
+        };
+        let mut loaded =
+            LoadedPlugin { info, spec, stats: Arc::new(PluginStats::default()), pre, engine: engine.clone() };
+        // Prove the plugin starts: instantiate and init once, then drop it.
+        let probe = loaded.handler(None)?;
+        loaded.info.instantiate_time = probe.instantiate_time();
+        Ok(loaded)
+    }
+}
+
+fn check_preamble(spec: &PluginSpec, bytes: &[u8]) -> Result<(), PluginError> {
+    let err = |message: &str| PluginError::NotAComponent {
+        plugin: spec.name.clone(),
+        file: spec.wasm.clone(),
+        message: message.to_string(),
+    };
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(err("the file does not start with the wasm magic number \\0asm"));
+    }
+    match bytes[4..8] {
+        [0x0d, 0x00, 0x01, 0x00] => Ok(()),
+        [0x01, 0x00, 0x00, 0x00] => Err(err(
+            "it is a core wasm module; build for wasm32-wasip2 or wrap it with `wasm-tools component new`",
+        )),
+        _ => Err(err("unknown wasm binary version or layer")),
+    }
+}
+
+impl LoadedPlugin {
+    /// A handler for the engine with its own instance. `cache` is what the
+    /// `cache` import reads (`None`: an empty cache).
+    pub fn handler(&self, cache: Option<CacheView>) -> Result<WasmHandler, PluginError> {
+        let shared = Arc::new(PluginShared {
+            name: self.spec.name.as_str().into(),
+            tenant: self.spec.tenant.clone(),
+            stats: self.stats.clone(),
+            log_sink: self.spec.log_sink.clone(),
+            cache,
+            clocks: self.spec.grants.clocks,
+            memory_bytes: self.spec.limits.memory_bytes,
+        });
+        WasmHandler::new(self.engine.clone(), self.pre.clone(), shared, self.spec.clone())
+    }
+
+    /// The component file.
+    pub fn file(&self) -> &Path {
+        &self.spec.wasm
+    }
+}

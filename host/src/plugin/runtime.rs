@@ -276,7 +276,14 @@ impl LoadedPlugin {
             clocks: self.spec.grants.clocks,
             memory_bytes: self.spec.limits.memory_bytes,
         });
-        WasmHandler::new(self.engine.clone(), self.pre.clone(), shared, self.spec.clone())
+        // wasmtime-wasi's synchronous host calls (a guest writing stderr in
+        // `init`) block on tokio, which panics on a thread that is driving
+        // async tasks: instantiate on a plain thread instead.
+        std::thread::scope(|s| {
+            s.spawn(|| WasmHandler::new(self.engine.clone(), self.pre.clone(), shared, self.spec.clone()))
+                .join()
+                .unwrap_or_else(|_| Err(PluginError::Engine("instantiation thread panicked".into())))
+        })
     }
 
     /// The component file.

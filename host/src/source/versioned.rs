@@ -137,6 +137,20 @@ impl VersionedStore {
         self.changed.notify_waiters();
     }
 
+    /// Deletes the key while every watch is disconnected, and compacts
+    /// history past the deletion: watchers never see the Deleted event, get
+    /// `410 Gone` on resuming, and must find the deletion by relisting.
+    pub fn delete_while_disconnected(&self, key: &str) -> Option<ObjectRef> {
+        let mut st = self.state.lock();
+        let old = st.objects.remove(key)?;
+        st.rv += 1;
+        st.history.clear();
+        st.compacted_below = st.rv;
+        st.generation += 1;
+        self.changed.notify_waiters();
+        Some(old)
+    }
+
     /// Ends every open watch stream, as a dropped connection would.
     pub fn drop_watches(&self) {
         self.state.lock().generation += 1;

@@ -1,0 +1,407 @@
+//! Rust guest SDK for Informer Host plugins.
+//!
+//! A plugin is a WebAssembly component targeting the `informer-host:plugin`
+//! world (`wit/plugin.wit`). This crate hides the `wit-bindgen` plumbing: a
+//! plugin implements [`ResourceEventHandler`] on a type of its own and hands
+//! that type to [`export_plugin!`], which exports the component functions and
+//! keeps one value of the type per instance.
+//!
+//! - **State**: the macro keeps the plugin value in a per-instance global.
+//!   `init` creates it with [`Default`] and then calls
+//!   [`ResourceEventHandler::init`] on it with the plugin's configuration; a
+//!   notification that arrives before `init` gets a `Default` value. A trapped
+//!   instance is never called again, so state never outlives a panic.
+//! - **Config**: [`Config`] is the JSON text the host passes to `init`;
+//!   [`Config::parse`] deserializes it into any `serde` type of the plugin.
+//! - **Objects**: [`Object`] is a host-owned object version. Metadata
+//!   accessors (`key`, `name`, `namespace`, `resource_version`, `label`, ...)
+//!   never copy the body; [`Object::json`] returns the whole object and
+//!   [`Object::parse`] deserializes it (k8s-openapi types work).
+//! - **Logging**: [`trace!`], [`debug!`], [`info!`], [`warn!`], [`error!`] call
+//!   the host's `log` import, tagged by the host with plugin and tenant.
+//! - **Cache**: [`cache::get`], [`cache::list`] and [`cache::by_index`] read the
+//!   informer's cache (only when the host grants the capability).
+//!
+//! Returning `Err` from a handler method is logged and counted by the host; a
+//! panic traps the instance and the host skips that notification.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use informer_guest::{Config, Object, ResourceEventHandler, info};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Settings { prefix: String }
+//!
+//! #[derive(Default)]
+//! struct Greeter { prefix: String }
+//!
+//! impl ResourceEventHandler for Greeter {
+//!     fn init(&mut self, config: &Config) -> Result<(), String> {
+//!         self.prefix = config.parse::<Settings>()?.prefix;
+//!         Ok(())
+//!     }
+//!
+//!     fn on_add(&mut self, obj: &Object, _initial: bool) -> Result<(), String> {
+//!         info!("{} {}", self.prefix, obj.key());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! informer_guest::export_plugin!(Greeter);
+//! ```
+//!
+//! Build it as a `cdylib` with `cargo build --release --target wasm32-wasip2`;
+//! the `.wasm` in `target/wasm32-wasip2/release/` is the component.
+
+// Lets the generated export macro name this crate as `informer_guest::...`
+// both here and in plugin crates.
+extern crate self as informer_guest;
+
+/// Bindings generated from `wit/` (not part of the stable API).
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "plugin",
+        path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "__export_plugin_bindings",
+        default_bindings_module: "informer_guest::bindings",
+        runtime_path: "informer_guest::__private::wit_bindgen::rt",
+    });
+}
+
+use serde::de::DeserializeOwned;
+
+pub use bindings::informer_host::plugin::types::{Deleted, Level, Object, Tombstone};
+
+/// Read-only access to the informer's cache (the `cache` import).
+///
+/// The host links this capability only when the plugin's configuration grants
+/// it; a plugin that never calls these functions does not import it.
+pub mod cache {
+    pub use crate::bindings::informer_host::plugin::cache::{by_index, get, list};
+}
+
+/// A handler of informer notifications, implemented by the plugin's own type.
+///
+/// Every method has a no-op default. The value is created with [`Default`]
+/// when the host calls `init`, then [`init`](Self::init) configures it.
+/// Notifications arrive one at a time, in order, as client-go's
+/// `ResourceEventHandler` would receive them.
+pub trait ResourceEventHandler: Default + 'static {
+    /// Called once per instance with the plugin's configuration.
+    fn init(&mut self, config: &Config) -> Result<(), String> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// An object was added; `is_in_initial_list` is true for adds from the
+    /// initial list (or the synthetic adds a late-joining handler receives).
+    fn on_add(&mut self, obj: &Object, is_in_initial_list: bool) -> Result<(), String> {
+        let _ = (obj, is_in_initial_list);
+        Ok(())
+    }
+
+    /// An object changed (or was resynced: then `old` and `new` carry the same
+    /// resource version).
+    fn on_update(&mut self, old: &Object, new: &Object) -> Result<(), String> {
+        let _ = (old, new);
+        Ok(())
+    }
+
+    /// An object was deleted: its last known state, or a tombstone.
+    fn on_delete(&mut self, obj: &Deleted) -> Result<(), String> {
+        let _ = obj;
+        Ok(())
+    }
+}
+
+/// The plugin's configuration: JSON text from the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    text: String,
+}
+
+impl Config {
+    /// Wraps configuration text (the host's `init` argument).
+    pub fn new(text: impl Into<String>) -> Self {
+        Config { text: text.into() }
+    }
+
+    /// The raw JSON text, exactly as the host passed it.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// True when the host passed no configuration (empty or blank text).
+    pub fn is_empty(&self) -> bool {
+        self.text.trim().is_empty()
+    }
+
+    /// Deserializes the configuration into the plugin's own type.
+    ///
+    /// Empty or blank text parses as `{}`, so a struct whose fields all have
+    /// `#[serde(default)]` works without any configuration.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        let text = if self.is_empty() { "{}" } else { self.text.as_str() };
+        serde_json::from_str(text).map_err(|e| format!("invalid plugin configuration: {e}"))
+    }
+}
+
+impl Object {
+    /// Deserializes the whole object (its [`json`](Object::json)) into `T`.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        serde_json::from_str(&self.json()).map_err(|e| format!("cannot parse {}: {e}", self.key()))
+    }
+
+    /// Deserializes the value at an RFC 6901 pointer such as `/spec/replicas`,
+    /// or `Ok(None)` when nothing is there. Only that value crosses the boundary.
+    pub fn parse_at<T: DeserializeOwned>(&self, pointer: &str) -> Result<Option<T>, String> {
+        match self.pointer(pointer) {
+            None => Ok(None),
+            Some(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| format!("cannot parse {pointer} of {}: {e}", self.key())),
+        }
+    }
+}
+
+impl Deleted {
+    /// The key of the deleted object.
+    pub fn key(&self) -> String {
+        match self {
+            Deleted::Object(obj) => obj.key(),
+            Deleted::UnknownFinalState(tombstone) => tombstone.key.clone(),
+        }
+    }
+
+    /// The last known state: the deleted object, or a tombstone's last cached
+    /// state when the host had one.
+    pub fn last_known(&self) -> Option<&Object> {
+        match self {
+            Deleted::Object(obj) => Some(obj),
+            Deleted::UnknownFinalState(tombstone) => tombstone.last_known.as_ref(),
+        }
+    }
+
+    /// The name of the deleted object: from its last known state, or else the
+    /// part of a tombstone's key after the namespace.
+    pub fn name(&self) -> String {
+        match self.last_known() {
+            Some(obj) => obj.name(),
+            None => {
+                let key = self.key();
+                key.rsplit_once('/').map_or(key.clone(), |(_, name)| name.to_owned())
+            }
+        }
+    }
+
+    /// True for a `DeletedFinalStateUnknown` tombstone.
+    pub fn is_tombstone(&self) -> bool {
+        matches!(self, Deleted::UnknownFinalState(_))
+    }
+}
+
+/// One-line descriptions of notifications, in a stable format that the host's
+/// end-to-end tests parse (the `recorder` plugin logs exactly these lines).
+///
+/// `<rv>` is the resource version, or `none` when the object has none.
+pub mod describe {
+    use crate::{Deleted, Object};
+
+    fn rv(obj: Option<&Object>) -> String {
+        obj.and_then(Object::resource_version).unwrap_or_else(|| "none".to_owned())
+    }
+
+    /// `add <key> rv=<rv> initial=<true|false>`
+    pub fn add(obj: &Object, is_in_initial_list: bool) -> String {
+        format!("add {} rv={} initial={is_in_initial_list}", obj.key(), rv(Some(obj)))
+    }
+
+    /// `update <key> rv=<old rv>-><new rv>`
+    pub fn update(old: &Object, new: &Object) -> String {
+        format!("update {} rv={}->{}", new.key(), rv(Some(old)), rv(Some(new)))
+    }
+
+    /// `delete <key> rv=<rv>` for a plain delete, `delete-tombstone <key>
+    /// rv=<rv>` for a tombstone (the rv of the last known state, or `none`).
+    pub fn delete(obj: &Deleted) -> String {
+        let kind = if obj.is_tombstone() { "delete-tombstone" } else { "delete" };
+        format!("{kind} {} rv={}", obj.key(), rv(obj.last_known()))
+    }
+}
+
+/// Sends one line to the host's log at `level` (the `log` import).
+///
+/// Prefer the [`info!`] family of macros.
+pub fn log(level: Level, message: &str) {
+    bindings::informer_host::plugin::log::log(level, message);
+}
+
+/// Logs a `format!` message at the given [`Level`].
+#[macro_export]
+macro_rules! log {
+    ($level:expr, $($arg:tt)+) => {
+        $crate::log($level, &::std::format!($($arg)+))
+    };
+}
+
+/// Logs a `format!` message at trace level.
+#[macro_export]
+macro_rules! trace {
+    ($($arg:tt)+) => { $crate::log!($crate::Level::Trace, $($arg)+) };
+}
+
+/// Logs a `format!` message at debug level.
+#[macro_export]
+macro_rules! debug {
+    ($($arg:tt)+) => { $crate::log!($crate::Level::Debug, $($arg)+) };
+}
+
+/// Logs a `format!` message at info level.
+#[macro_export]
+macro_rules! info {
+    ($($arg:tt)+) => { $crate::log!($crate::Level::Info, $($arg)+) };
+}
+
+/// Logs a `format!` message at warn level.
+#[macro_export]
+macro_rules! warn {
+    ($($arg:tt)+) => { $crate::log!($crate::Level::Warn, $($arg)+) };
+}
+
+/// Logs a `format!` message at error level.
+#[macro_export]
+macro_rules! error {
+    ($($arg:tt)+) => { $crate::log!($crate::Level::Error, $($arg)+) };
+}
+
+/// Exports a [`ResourceEventHandler`] type as the plugin's
+/// `resource-event-handler`. Use it once, at the crate root of a `cdylib`.
+///
+/// ```no_run
+/// #[derive(Default)]
+/// struct MyPlugin;
+/// impl informer_guest::ResourceEventHandler for MyPlugin {}
+/// informer_guest::export_plugin!(MyPlugin);
+/// ```
+#[macro_export]
+macro_rules! export_plugin {
+    ($ty:ty) => {
+        const _: () = {
+            ::std::thread_local! {
+                static __INFORMER_GUEST_STATE: $crate::__private::State<$ty> = const { $crate::__private::State::new() };
+            }
+
+            struct __InformerGuestExport;
+
+            impl $crate::bindings::exports::informer_host::plugin::resource_event_handler::Guest
+                for __InformerGuestExport
+            {
+                fn init(config: ::std::string::String) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::__private::init(&__INFORMER_GUEST_STATE, config)
+                }
+
+                fn on_add(
+                    obj: $crate::Object,
+                    is_in_initial_list: bool,
+                ) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::__private::with(&__INFORMER_GUEST_STATE, |handler| {
+                        $crate::ResourceEventHandler::on_add(handler, &obj, is_in_initial_list)
+                    })
+                }
+
+                fn on_update(
+                    old: $crate::Object,
+                    new: $crate::Object,
+                ) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::__private::with(&__INFORMER_GUEST_STATE, |handler| {
+                        $crate::ResourceEventHandler::on_update(handler, &old, &new)
+                    })
+                }
+
+                fn on_delete(obj: $crate::Deleted) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::__private::with(&__INFORMER_GUEST_STATE, |handler| {
+                        $crate::ResourceEventHandler::on_delete(handler, &obj)
+                    })
+                }
+            }
+
+            $crate::bindings::__export_plugin_bindings!(__InformerGuestExport with_types_in $crate::bindings);
+        };
+    };
+}
+
+/// Support for [`export_plugin!`] (not part of the stable API).
+#[doc(hidden)]
+pub mod __private {
+    use std::cell::RefCell;
+    use std::thread::LocalKey;
+
+    pub use wit_bindgen;
+
+    use crate::{Config, ResourceEventHandler};
+
+    /// The per-instance plugin value (`None` until `init` or the first call).
+    pub struct State<T>(RefCell<Option<T>>);
+
+    impl<T> State<T> {
+        pub const fn new() -> Self {
+            State(RefCell::new(None))
+        }
+    }
+
+    impl<T> Default for State<T> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    pub fn init<T: ResourceEventHandler>(state: &'static LocalKey<State<T>>, config: String) -> Result<(), String> {
+        let mut handler = T::default();
+        handler.init(&Config::new(config))?;
+        state.with(|state| *state.0.borrow_mut() = Some(handler));
+        Ok(())
+    }
+
+    pub fn with<T: ResourceEventHandler, R>(state: &'static LocalKey<State<T>>, f: impl FnOnce(&mut T) -> R) -> R {
+        state.with(|state| f(state.0.borrow_mut().get_or_insert_with(T::default)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default, PartialEq, serde::Deserialize)]
+    #[serde(default)]
+    struct Settings {
+        name: String,
+        required: Vec<String>,
+    }
+
+    #[test]
+    fn config_parses_into_the_plugins_type() {
+        let config = Config::new(r#"{"name": "x", "required": ["app", "team"]}"#);
+        assert!(!config.is_empty());
+        let settings: Settings = config.parse().unwrap();
+        assert_eq!(settings, Settings { name: "x".into(), required: vec!["app".into(), "team".into()] });
+    }
+
+    #[test]
+    fn blank_config_parses_as_an_empty_object() {
+        for text in ["", "  \n"] {
+            let config = Config::new(text);
+            assert!(config.is_empty());
+            assert_eq!(config.as_str(), text);
+            assert_eq!(config.parse::<Settings>().unwrap(), Settings::default());
+        }
+    }
+
+    #[test]
+    fn bad_config_names_the_problem() {
+        let err = Config::new(r#"{"name": 3}"#).parse::<Settings>().unwrap_err();
+        assert!(err.starts_with("invalid plugin configuration:"), "{err}");
+    }
+}

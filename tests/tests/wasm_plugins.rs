@@ -5,92 +5,16 @@
 //! wait for conditions with a bound; timing assertions only compare
 //! instants recorded by the plugins' own log lines.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use informer_host::informer::{InformerOptions, Registration, SharedIndexInformer};
-use informer_host::plugin::{
-    CacheView, Grants, Level, Limits, LoadedPlugin, LogSink, PluginError, PluginRuntime, PluginSpec, RuntimeConfig,
-};
+use e2e::eventually;
+use e2e::plugins::{Log, Running, runtime, spec};
+use informer_host::informer::Registration;
+use informer_host::plugin::{Limits, PluginError, PluginRuntime, PluginSpec, RuntimeConfig};
 use informer_host::source::MemorySource;
-use parking_lot::Mutex;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
-
-/// Lines a plugin logged, with the instant each arrived.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<(Instant, String)>>>);
-
-impl Log {
-    fn sink(&self) -> LogSink {
-        let lines = self.0.clone();
-        LogSink(Arc::new(move |_: Level, m: &str| lines.lock().push((Instant::now(), m.to_string()))))
-    }
-    fn lines(&self) -> Vec<String> {
-        self.0.lock().iter().map(|(_, l)| l.clone()).collect()
-    }
-    /// Lines other than `init …`.
-    fn events(&self) -> Vec<String> {
-        self.lines().into_iter().filter(|l| !l.starts_with("init ")).collect()
-    }
-    fn when(&self, line: &str) -> Option<Instant> {
-        self.0.lock().iter().find(|(_, l)| l == line).map(|(t, _)| *t)
-    }
-    fn count(&self, prefix: &str) -> usize {
-        self.lines().iter().filter(|l| l.starts_with(prefix)).count()
-    }
-}
-
-fn wasm(name: &str) -> PathBuf {
-    plugin_build::plugin_path(name)
-}
-
-fn runtime() -> PluginRuntime {
-    PluginRuntime::new(RuntimeConfig::default()).unwrap()
-}
-
-fn spec(name: &str, plugin: &str, log: &Log) -> PluginSpec {
-    let mut s = PluginSpec::new(name, wasm(plugin));
-    s.grants = Grants { log: true, ..Grants::default() };
-    s.log_sink = Some(log.sink());
-    s
-}
-
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-struct Running {
-    informer: SharedIndexInformer,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    fn start(src: &MemorySource) -> Running {
-        let informer = SharedIndexInformer::new(src.clone(), InformerOptions::default());
-        let stop = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, s) = (informer.clone(), stop.clone());
-            async move { i.run(s).await }
-        });
-        Running { informer, stop, task }
-    }
-    fn add(&self, plugin: &LoadedPlugin) -> Registration {
-        let h = plugin.handler(Some(CacheView::new(self.informer.indexer().clone()))).unwrap();
-        self.informer.add_named_event_handler(plugin.spec.name.clone(), Box::new(h), Duration::ZERO).unwrap()
-    }
-    async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.unwrap();
-    }
-}
 
 fn cm(src: &MemorySource, name: &str, v: &str) {
     src.apply_config_map("ns", name, v).unwrap();
@@ -193,7 +117,8 @@ async fn spin_until_stopped(limits: Limits) -> (Log, Arc<informer_host::plugin::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spin_is_stopped_by_fuel() {
-    let limits = Limits { fuel_per_call: Some(5_000_000), deadline_per_call: Duration::from_secs(30), ..Limits::default() };
+    let limits =
+        Limits { fuel_per_call: Some(5_000_000), deadline_per_call: Duration::from_secs(30), ..Limits::default() };
     let (_, stats, _) = spin_until_stopped(limits).await;
     assert_eq!(stats.traps_fuel.load(Ordering::Relaxed), 1);
     assert_eq!(stats.traps_deadline.load(Ordering::Relaxed), 0);
@@ -209,7 +134,8 @@ async fn spin_with_unlimited_fuel_is_stopped_by_the_deadline() {
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let kb: u64 =
+        status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     kb * 1024
 }
 

@@ -19,8 +19,8 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub use informer_host::plugin::types::{Deleted, Tombstone};
-pub use informer_host::plugin::types::Level;
+pub use self::informer_host::plugin::types::{Deleted, Tombstone};
+pub use self::informer_host::plugin::types::Level;
 
 /// The host's representation of a WIT `object`: a shared object version.
 pub struct ObjectHandle(pub ObjectRef);
@@ -38,7 +38,7 @@ impl Sandbox {
     }
 }
 
-impl informer_host::plugin::types::HostObject for Sandbox {
+impl self::informer_host::plugin::types::HostObject for Sandbox {
     fn key(&mut self, s: Resource<ObjectHandle>) -> String {
         self.obj(&s).key().to_string()
     }
@@ -82,9 +82,9 @@ impl informer_host::plugin::types::HostObject for Sandbox {
     }
 }
 
-impl informer_host::plugin::types::Host for Sandbox {}
+impl self::informer_host::plugin::types::Host for Sandbox {}
 
-impl informer_host::plugin::log::Host for Sandbox {
+impl self::informer_host::plugin::log::Host for Sandbox {
     fn log(&mut self, level: Level, message: String) {
         let s = &self.shared;
         let tenant = s.tenant.as_deref().unwrap_or("");
@@ -96,12 +96,12 @@ impl informer_host::plugin::log::Host for Sandbox {
             Level::Error => tracing::error!(plugin = %s.name, tenant, "{message}"),
         }
         if let Some(sink) = &s.log_sink {
-            (sink.0)(level.into(), &message);
+            (sink.0)(level, &message);
         }
     }
 }
 
-impl informer_host::plugin::cache::Host for Sandbox {
+impl self::informer_host::plugin::cache::Host for Sandbox {
     fn get(&mut self, key: String) -> Option<Resource<ObjectHandle>> {
         let obj = self.shared.cache.as_ref()?.get(&key)?;
         self.push_object(obj).ok()

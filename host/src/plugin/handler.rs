@@ -7,9 +7,11 @@
 //! optionally replayed the cache first).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+use tokio::sync::watch;
 use wasmtime::{Engine, Store, Trap};
 
 use super::bindings::{Deleted, Plugin, PluginPre, Tombstone};
@@ -26,6 +28,48 @@ struct Live {
     plugin: Plugin,
 }
 
+/// Where a new version waits for a running handler to pick it up between
+/// two notifications (hot swap, `on-swap = "continue"`). Cheap to clone.
+#[derive(Clone)]
+pub struct SwapSlot {
+    staged: Arc<Mutex<Option<WasmHandler>>>,
+    waiting: Arc<AtomicBool>,
+    active: Arc<watch::Sender<String>>,
+}
+
+impl SwapSlot {
+    fn new(version: String) -> Self {
+        SwapSlot {
+            staged: Arc::new(Mutex::new(None)),
+            waiting: Arc::new(AtomicBool::new(false)),
+            active: Arc::new(watch::Sender::new(version)),
+        }
+    }
+
+    /// Stages `next` (already instantiated and `init`ed); the handler
+    /// switches to it before its next notification. A version staged
+    /// earlier and not yet picked up is dropped.
+    pub fn stage(&self, next: WasmHandler) {
+        *self.staged.lock() = Some(next);
+        self.waiting.store(true, Ordering::Release);
+    }
+
+    /// The content hash of the version that handles notifications now.
+    pub fn active_version(&self) -> String {
+        self.active.borrow().clone()
+    }
+
+    /// Follows the active version (changes when a staged one is picked up).
+    pub fn subscribe(&self) -> watch::Receiver<String> {
+        self.active.subscribe()
+    }
+
+    /// True while a staged version waits to be picked up.
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire)
+    }
+}
+
 /// Delivers notifications into one instance of a plugin.
 pub struct WasmHandler {
     engine: Engine,
@@ -34,6 +78,8 @@ pub struct WasmHandler {
     spec: PluginSpec,
     live: Option<Live>,
     instantiate_time: Duration,
+    version: String,
+    slot: Option<SwapSlot>,
 }
 
 type CallResult = wasmtime::Result<Result<(), String>>;
@@ -44,10 +90,39 @@ impl WasmHandler {
         pre: PluginPre<Sandbox>,
         shared: Arc<PluginShared>,
         spec: PluginSpec,
+        version: String,
     ) -> Result<Self, PluginError> {
-        let mut h = WasmHandler { engine, pre, shared, spec, live: None, instantiate_time: Duration::ZERO };
+        let mut h =
+            WasmHandler { engine, pre, shared, spec, live: None, instantiate_time: Duration::ZERO, version, slot: None };
         h.start()?;
         Ok(h)
+    }
+
+    /// The slot through which a new version can replace this one while it
+    /// runs inside an informer.
+    pub fn swap_slot(&mut self) -> SwapSlot {
+        self.slot.get_or_insert_with(|| SwapSlot::new(self.version.clone())).clone()
+    }
+
+    /// Content hash of the component this handler runs.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Switches to a staged version, if one waits.
+    fn pick_up_staged(&mut self) {
+        let Some(slot) = &self.slot else { return };
+        if !slot.waiting.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let Some(next) = slot.staged.lock().take() else { return };
+        let slot = self.slot.take();
+        let from = std::mem::replace(&mut self.version, String::new());
+        *self = WasmHandler { slot, ..next };
+        tracing::info!(plugin = %self.spec.name, from = %short(&from), to = %short(&self.version), "swapped to a new version");
+        if let Some(slot) = &self.slot {
+            slot.active.send_replace(self.version.clone());
+        }
     }
 
     /// How long the last instantiation plus `init` took.
@@ -184,6 +259,7 @@ impl WasmHandler {
     }
 
     fn call(&mut self, f: impl FnOnce(&mut Store<Sandbox>, &Plugin) -> CallResult) -> Result<(), HandlerError> {
+        self.pick_up_staged();
         self.instance()?;
         self.call_on(f)
     }
@@ -221,4 +297,8 @@ impl ResourceEventHandler for WasmHandler {
     fn delivery(&self) -> Delivery {
         Delivery::Blocking
     }
+}
+
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(12)]
 }

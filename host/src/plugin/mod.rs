@@ -43,7 +43,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 pub use bindings::Level;
-pub use handler::WasmHandler;
+pub use handler::{SwapSlot, WasmHandler};
 pub use runtime::{LoadedPlugin, PluginRuntime, WORLD};
 
 use crate::informer::{IndexError, Indexer, NAMESPACE_INDEX, Object, ObjectRef};
@@ -117,7 +117,10 @@ pub enum OnTrap {
 /// Receives every line a plugin logs (besides `tracing`); for tests and
 /// the admin API.
 #[derive(Clone)]
-pub struct LogSink(pub Arc<dyn Fn(Level, &str) + Send + Sync>);
+pub struct LogSink(pub LogFn);
+
+/// The function behind a [`LogSink`].
+pub type LogFn = Arc<dyn Fn(Level, &str) + Send + Sync>;
 
 impl std::fmt::Debug for LogSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -280,7 +280,9 @@ impl LoadedPlugin {
         // `init`) block on tokio, which panics on a thread that is driving
         // async tasks: instantiate on a plain thread instead.
         std::thread::scope(|s| {
-            s.spawn(|| WasmHandler::new(self.engine.clone(), self.pre.clone(), shared, self.spec.clone()))
+            s.spawn(|| {
+                WasmHandler::new(self.engine.clone(), self.pre.clone(), shared, self.spec.clone(), self.info.hash.clone())
+            })
                 .join()
                 .unwrap_or_else(|_| Err(PluginError::Engine("instantiation thread panicked".into())))
         })

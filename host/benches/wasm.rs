@@ -1,0 +1,135 @@
+//! Wasm handlers against the native handler, side by side in one run.
+//!
+//! For each handler kind and K handlers on one informer, N objects are
+//! listed and the clock runs from `run` until every registration has
+//! synced (all initial adds handled): notifications/s = N × K / elapsed.
+//! Listing from the memory source is `Arc` clones, so the figure is the
+//! delivery path. Also prints instantiate time from `InstancePre` (+ init)
+//! and resident memory per plugin instance.
+//!
+//! `cargo bench -p informer-host --bench wasm`
+
+use std::time::{Duration, Instant};
+
+use informer_host::informer::{FnHandler, InformerOptions, ResourceEventHandler, SharedIndexInformer};
+use informer_host::plugin::{CacheView, LoadedPlugin, PluginRuntime, PluginSpec, RuntimeConfig};
+use informer_host::source::MemorySource;
+use tokio_util::sync::CancellationToken;
+
+fn config_map(i: usize, size: usize) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("cm-{i}"), "namespace": format!("ns-{}", i % 10), "labels": {"app": "bench", "team": "a"}},
+        "data": {"payload": "x".repeat(size)},
+    })
+}
+
+fn source(n: usize, size: usize) -> MemorySource {
+    let src = MemorySource::new();
+    for i in 0..n {
+        src.apply(config_map(i, size)).unwrap();
+    }
+    src
+}
+
+enum Kind<'a> {
+    Native,
+    Wasm(&'a LoadedPlugin),
+}
+
+async fn run_once(src: &MemorySource, kind: &Kind<'_>, k: usize) -> Duration {
+    let informer = SharedIndexInformer::new(src.clone(), InformerOptions { blocking_workers: 2, ..Default::default() });
+    let mut regs = Vec::new();
+    for i in 0..k {
+        let h: Box<dyn ResourceEventHandler> = match kind {
+            Kind::Native => Box::new(FnHandler(|n: &_| {
+                std::hint::black_box(n);
+                Ok(())
+            })),
+            Kind::Wasm(p) => Box::new(p.handler(Some(CacheView::new(informer.indexer().clone()))).unwrap()),
+        };
+        regs.push(informer.add_named_event_handler(format!("h{i}"), h, Duration::ZERO).unwrap());
+    }
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let task = tokio::spawn({
+        let (i, s) = (informer.clone(), stop.clone());
+        async move { i.run(s).await }
+    });
+    while !regs.iter().all(|r| r.has_synced()) {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let elapsed = started.elapsed();
+    stop.cancel();
+    task.await.unwrap();
+    elapsed
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let _g = rt.enter();
+    let wasm = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+    let load = |name: &str| wasm.load(PluginSpec::new(name, plugin_build::plugin_path(name))).unwrap();
+    let noop = load("noop");
+    let meta = load("metadata");
+    let json = load("json-reader");
+
+    println!("Instantiate from InstancePre + init, and memory per instance (100 instances each):");
+    println!("{:<14} {:>14} {:>16} {:>12}", "plugin", "instantiate", "RSS/instance", "size");
+    for p in [&noop, &meta, &json] {
+        let before = rss_kib();
+        let hs: Vec<_> = (0..100).map(|_| p.handler(None).unwrap()).collect();
+        let per = hs.iter().map(|h| h.instantiate_time()).sum::<Duration>() / 100;
+        let rss = (rss_kib().saturating_sub(before)) / 100;
+        println!("{:<14} {:>12.1?} {:>13} KiB {:>8} KiB", p.info.name, per, rss, p.info.size_bytes / 1024);
+        drop(hs);
+    }
+    println!();
+    println!("Delivery of N initial adds to K handlers on one informer (notifications/s, aggregate):");
+    println!("{:<22} {:>5} {:>7} {:>14} {:>12}", "handler", "K", "N", "notif/s", "vs native");
+    for (size, label) in [(1024usize, "1KiB"), (64 * 1024, "64KiB")] {
+        for k in [1usize, 10, 100] {
+            let n = match (size, k) {
+                (1024, 1) => 50_000,
+                (1024, 10) => 20_000,
+                (1024, _) => 2_000,
+                (_, 1) => 2_000,
+                (_, 10) => 500,
+                _ => 50,
+            };
+            let src = source(n, size);
+            let mut native_rate = 0.0;
+            let kinds: Vec<(&str, Kind)> = if size == 1024 {
+                vec![
+                    ("native no-op", Kind::Native),
+                    ("wasm no-op", Kind::Wasm(&noop)),
+                    ("wasm metadata", Kind::Wasm(&meta)),
+                    ("wasm json() 1KiB", Kind::Wasm(&json)),
+                ]
+            } else {
+                vec![("native no-op", Kind::Native), ("wasm json() 64KiB", Kind::Wasm(&json))]
+            };
+            for (name, kind) in kinds {
+                // Best of three, to keep scheduler noise out of the ratio.
+                let best = (0..3).map(|_| rt.block_on(run_once(&src, &kind, k))).min().unwrap();
+                let rate = (n * k) as f64 / best.as_secs_f64();
+                if matches!(kind, Kind::Native) {
+                    native_rate = rate;
+                }
+                println!(
+                    "{:<22} {:>5} {:>7} {:>14.0} {:>11.0}%  [{label}]",
+                    name,
+                    k,
+                    n,
+                    rate,
+                    100.0 * rate / native_rate
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The plugin registry: load, unload and hot-swap plugins while informers run.
+//!
+//! This module owns the mapping from a plugin's name to its running
+//! version (by content hash), its informer registration and its swap slot.
+//! A swap compiles, instantiates and `init`s the new version off the
+//! delivery path; only a version that started successfully replaces the
+//! old one, and it does so between two notifications. It may not reach
+//! into a plugin's sandbox or an informer's internals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+
+use crate::informer::{InformerError, Registration, SharedIndexInformer};
+use crate::plugin::{CacheView, LoadedPlugin, PluginError, PluginRuntime, PluginSpec, SwapSlot, Visibility};
+
+/// How a new version takes over from the old one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnSwap {
+    /// The new version takes the queue where the old one stopped.
+    #[default]
+    Continue,
+    /// The new version first receives the whole cache as initial-list adds
+    /// (its registration's `has_synced` is false until they are handled).
+    Replay,
+}
+
+/// A plugin as the registry runs it.
+#[derive(Clone)]
+pub struct PluginDef {
+    pub spec: PluginSpec,
+    /// The informer (by name) whose notifications it handles.
+    pub informer: String,
+    pub resync: Duration,
+    pub on_swap: OnSwap,
+    /// Which objects its `cache` import may read (a tenant's namespaces).
+    pub visibility: Option<Visibility>,
+}
+
+/// Why a registry operation was refused. Messages say what to do.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RegistryError {
+    #[error("no informer named {0:?}")]
+    UnknownInformer(String),
+    #[error("no plugin named {0:?}")]
+    UnknownPlugin(String),
+    #[error("a plugin named {0:?} is already loaded; swap or unload it first")]
+    AlreadyLoaded(String),
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error("informer refused the handler: {0}")]
+    Informer(String),
+}
+
+impl From<InformerError> for RegistryError {
+    fn from(e: InformerError) -> Self {
+        RegistryError::Informer(e.to_string())
+    }
+}
+
+/// Where a new version comes from.
+pub enum WasmSource {
+    File(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+/// What the admin API and `/readyz` report of a plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginStatus {
+    pub name: String,
+    pub tenant: Option<String>,
+    pub informer: String,
+    /// Content hash of the version now handling notifications.
+    pub version: String,
+    /// A version waiting to take over at the next notification.
+    pub staged_version: Option<String>,
+    pub file: String,
+    pub synced: bool,
+    pub pending: usize,
+    pub delivered: u64,
+    pub failed: u64,
+    pub crashed: u64,
+    pub restarts: u64,
+    pub swaps: u64,
+    pub last_error: Option<String>,
+}
+
+struct Entry {
+    def: PluginDef,
+    loaded: Arc<LoadedPlugin>,
+    registration: Registration,
+    slot: SwapSlot,
+    swaps: u64,
+    last_error: Option<String>,
+}
+
+/// Plugins by name, each attached to one informer. Cheap to clone.
+#[derive(Clone)]
+pub struct PluginRegistry {
+    runtime: PluginRuntime,
+    informers: Arc<RwLock<HashMap<String, SharedIndexInformer>>>,
+    plugins: Arc<Mutex<BTreeMap<String, Entry>>>,
+}
+
+impl PluginRegistry {
+    pub fn new(runtime: PluginRuntime) -> Self {
+        PluginRegistry { runtime, informers: Default::default(), plugins: Default::default() }
+    }
+
+    pub fn runtime(&self) -> &PluginRuntime {
+        &self.runtime
+    }
+
+    /// Makes an informer available to plugins under `name`.
+    pub fn add_informer(&self, name: impl Into<String>, informer: SharedIndexInformer) {
+        self.informers.write().insert(name.into(), informer);
+    }
+
+    pub fn informer(&self, name: &str) -> Option<SharedIndexInformer> {
+        self.informers.read().get(name).cloned()
+    }
+
+    pub fn informers(&self) -> Vec<(String, SharedIndexInformer)> {
+        self.informers.read().iter().map(|(n, i)| (n.clone(), i.clone())).collect()
+    }
+
+    fn cache_view(def: &PluginDef, informer: &SharedIndexInformer) -> CacheView {
+        match &def.visibility {
+            Some(v) => CacheView::filtered(informer.indexer().clone(), v.clone()),
+            None => CacheView::new(informer.indexer().clone()),
+        }
+    }
+
+    /// Loads a plugin and registers it with its informer.
+    pub fn load(&self, def: PluginDef) -> Result<PluginStatus, RegistryError> {
+        let name = def.spec.name.clone();
+        if self.plugins.lock().contains_key(&name) {
+            return Err(RegistryError::AlreadyLoaded(name));
+        }
+        let informer = self.informer(&def.informer).ok_or_else(|| RegistryError::UnknownInformer(def.informer.clone()))?;
+        let loaded = Arc::new(self.runtime.load(def.spec.clone())?);
+        let mut handler = loaded.handler(Some(Self::cache_view(&def, &informer)))?;
+        let slot = handler.swap_slot();
+        let registration = informer.add_named_event_handler(name.clone(), Box::new(handler), def.resync)?;
+        let mut plugins = self.plugins.lock();
+        if plugins.contains_key(&name) {
+            informer.remove_event_handler(&registration)?;
+            return Err(RegistryError::AlreadyLoaded(name));
+        }
+        plugins.insert(name.clone(), Entry { def, loaded, registration, slot, swaps: 0, last_error: None });
+        Ok(status(&name, &plugins[&name]))
+    }
+
+    /// Replaces a plugin's version. On any failure the old version keeps
+    /// serving and the error is returned (and kept as `last_error`).
+    pub fn swap(&self, name: &str, source: WasmSource) -> Result<PluginStatus, RegistryError> {
+        let (def, informer) = {
+            let plugins = self.plugins.lock();
+            let e = plugins.get(name).ok_or_else(|| RegistryError::UnknownPlugin(name.to_string()))?;
+            let informer =
+                self.informer(&e.def.informer).ok_or_else(|| RegistryError::UnknownInformer(e.def.informer.clone()))?;
+            (e.def.clone(), informer)
+        };
+        let mut spec = def.spec.clone();
+        let prepared = (|| {
+            let loaded = match source {
+                WasmSource::File(path) => {
+                    spec.wasm = path;
+                    self.runtime.load(spec.clone())?
+                }
+                WasmSource::Bytes(bytes) => self.runtime.load_bytes(spec.clone(), &bytes)?,
+            };
+            let handler = loaded.handler(Some(Self::cache_view(&def, &informer)))?;
+            Ok::<_, PluginError>((Arc::new(loaded), handler))
+        })();
+        let mut plugins = self.plugins.lock();
+        let e = plugins.get_mut(name).ok_or_else(|| RegistryError::UnknownPlugin(name.to_string()))?;
+        let (loaded, mut handler) = match prepared {
+            Ok(p) => p,
+            Err(err) => {
+                tracing::warn!(plugin = name, "swap failed, the old version keeps serving: {err}");
+                e.last_error = Some(err.to_string());
+                return Err(err.into());
+            }
+        };
+        match def.on_swap {
+            OnSwap::Continue => e.slot.stage(handler),
+            OnSwap::Replay => {
+                // The old listener's buffer is dropped; the new one is a late
+                // joiner and gets the whole cache as initial-list adds.
+                let slot = handler.swap_slot();
+                informer.remove_event_handler(&e.registration)?;
+                e.registration = informer.add_named_event_handler(name.to_string(), Box::new(handler), def.resync)?;
+                e.slot = slot;
+            }
+        }
+        e.def.spec = spec;
+        e.loaded = loaded;
+        e.swaps += 1;
+        e.last_error = None;
+        tracing::info!(plugin = name, version = %e.loaded.info.hash, on_swap = ?def.on_swap, "new version staged");
+        Ok(status(name, e))
+    }
+
+    /// Stops a plugin's delivery and forgets it.
+    pub fn unload(&self, name: &str) -> Result<(), RegistryError> {
+        let e = self.plugins.lock().remove(name).ok_or_else(|| RegistryError::UnknownPlugin(name.to_string()))?;
+        if let Some(informer) = self.informer(&e.def.informer) {
+            informer.remove_event_handler(&e.registration)?;
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<PluginStatus> {
+        self.plugins.lock().get(name).map(|e| status(name, e))
+    }
+
+    pub fn list(&self) -> Vec<PluginStatus> {
+        self.plugins.lock().iter().map(|(n, e)| status(n, e)).collect()
+    }
+
+    /// The registration of a plugin (for metrics and readiness).
+    pub fn registration(&self, name: &str) -> Option<Registration> {
+        self.plugins.lock().get(name).map(|e| e.registration.clone())
+    }
+
+    /// The loaded version of a plugin.
+    pub fn loaded(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        self.plugins.lock().get(name).map(|e| e.loaded.clone())
+    }
+
+    /// The swap slot of a plugin (to follow its active version).
+    pub fn swap_slot(&self, name: &str) -> Option<SwapSlot> {
+        self.plugins.lock().get(name).map(|e| e.slot.clone())
+    }
+}
+
+fn status(name: &str, e: &Entry) -> PluginStatus {
+    let st = e.registration.stats();
+    let active = e.slot.active_version();
+    let staged = (active != e.loaded.info.hash).then(|| e.loaded.info.hash.clone());
+    PluginStatus {
+        name: name.to_string(),
+        tenant: e.def.spec.tenant.clone(),
+        informer: e.def.informer.clone(),
+        version: active,
+        staged_version: staged,
+        file: e.def.spec.wasm.display().to_string(),
+        synced: e.registration.has_synced(),
+        pending: e.registration.pending(),
+        delivered: st.delivered.load(Ordering::Relaxed),
+        failed: st.failed.load(Ordering::Relaxed),
+        crashed: st.crashed.load(Ordering::Relaxed),
+        restarts: e.loaded.stats.restarts.load(Ordering::Relaxed),
+        swaps: e.swaps,
+        last_error: e.last_error.clone(),
+    }
+}

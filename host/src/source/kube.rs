@@ -1,1 +1,641 @@
+//! The `kube` source: a [`ListerWatcher`] over a real Kubernetes API server,
+//! through `kube::Client`.
+//!
+//! It owns the translation between the API server's list/watch protocol and
+//! the engine's contract, for any group/version/kind as
+//! `DynamicObject`/[`ApiResource`], in one namespace or all, with label and
+//! field selectors:
+//!
+//! - **list**: `ListParams` with kube-runtime's defaults (pages of 500,
+//!   [`ListSemantic::MostRecent`]), following `continue` tokens; when a token
+//!   expires (`410`) it restarts with one unpaged list, as client-go's pager
+//!   does. Items are kept as the JSON text received (`Client::request_text` +
+//!   [`RawValue`]), never re-serialised; list items that lack `kind` and
+//!   `apiVersion` (real servers omit them for built-in types) get them
+//!   spliced in from the resource.
+//! - **watch**: `WatchParams` with bookmarks, decoded by
+//!   `Client::request_events` with each object kept as [`RawValue`]. `410
+//!   Gone` as an HTTP status or as an `ERROR` event with `code: 410` becomes
+//!   [`SourceError::Gone`] (the reflector relists); other failures become
+//!   [`SourceError::Other`] with the verb, resource and server message. A
+//!   connection that drops mid-stream (unexpected EOF, reset) ends the
+//!   stream normally, like client-go's `StreamWatcher`, so the reflector
+//!   re-watches from the last resourceVersion instead of relisting.
+//! - **backoff**: kube-runtime's [`DefaultBackoff`] (client-go's 800 ms → 30 s,
+//!   ×2, jitter, reset after 2 min), adapted by [`RuntimeBackoff`].
+//!
+//! kube-runtime's `watcher()` is deliberately not used: it runs its own
+//! list → watch → relist state machine and would hide the list boundary and
+//! `410` from the engine's reflector, which owns relists, `Replace` and
+//! tombstones. This module reuses what fits underneath it instead: kube's
+//! request builders, event decoding and client, and kube-runtime's backoff
+//! and defaults.
+//!
+//! It may not touch the informer's state (it only answers `list` and
+//! `watch`), and knows nothing of wasm or plugins.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::kube::api::{Api, ApiResource, DynamicObject, ListParams, VersionMatch, WatchEvent as KubeEvent, WatchParams};
+use ::kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
+use ::kube::core::{GroupVersionKind, Request, Status};
+use ::kube::{Client, Config};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use kube_runtime::watcher::DefaultBackoff;
+pub use kube_runtime::watcher::ListSemantic;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::informer::{Backoff, ListResult, ListerWatcher, Object, ObjectRef, SourceError, WatchEvent, WatchStream};
+
+/// The longest delay [`RuntimeBackoff`] reports if its backoff runs dry.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A resource type to list and watch: group, version, kind, and optionally
+/// the plural used in URLs (guessed from the kind when absent, as
+/// [`ApiResource::from_gvk`] does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeResource {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// API version within the group, e.g. `v1`.
+    pub version: String,
+    /// The kind, e.g. `ConfigMap`.
+    pub kind: String,
+    /// The plural used in URLs, e.g. `configmaps`; guessed when `None`.
+    pub plural: Option<String>,
+}
+
+impl KubeResource {
+    /// From an `apiVersion` (`v1`, `apps/v1`) and a kind.
+    ///
+    /// ```
+    /// use informer_host::source::kube::KubeResource;
+    /// let r = KubeResource::new("apps/v1", "Deployment");
+    /// assert_eq!((r.group.as_str(), r.version.as_str()), ("apps", "v1"));
+    /// assert_eq!(r.api_resource().plural, "deployments");
+    /// ```
+    pub fn new(api_version: &str, kind: &str) -> Self {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        KubeResource { group: group.into(), version: version.into(), kind: kind.into(), plural: None }
+    }
+
+    /// Sets the plural used in URLs (needed when it is not the kind's
+    /// regular English plural).
+    pub fn with_plural(mut self, plural: impl Into<String>) -> Self {
+        self.plural = Some(plural.into());
+        self
+    }
+
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// The `ApiResource` that `Api<DynamicObject>` needs.
+    pub fn api_resource(&self) -> ApiResource {
+        let gvk = GroupVersionKind::gvk(&self.group, &self.version, &self.kind);
+        match &self.plural {
+            Some(plural) => ApiResource::from_gvk_with_plural(&gvk, plural),
+            None => ApiResource::from_gvk(&gvk),
+        }
+    }
+}
+
+/// What a [`KubeSource`] selects and how it talks to the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeSourceOptions {
+    /// One namespace, or `None` for all namespaces (and for cluster-scoped
+    /// resources).
+    pub namespace: Option<String>,
+    /// A label selector, e.g. `app=web,tier!=db`.
+    pub label_selector: Option<String>,
+    /// A field selector, e.g. `metadata.name=x`.
+    pub field_selector: Option<String>,
+    /// Objects per list page; `None` lists in one response. Default 500
+    /// (client-go's and kube-runtime's).
+    pub page_size: Option<u32>,
+    /// Consistency of lists. Default [`ListSemantic::MostRecent`] (a quorum
+    /// read); `Any` allows a cached, possibly older, state. The engine does
+    /// not tell a source why it lists, so with `Any` a relist after `410
+    /// Gone` may also be served from a cache older than what the informer
+    /// already saw (client-go switches to a consistent read in that case).
+    pub list_semantic: ListSemantic,
+    /// Server-side watch timeout in seconds; `None` uses kube's 290 s. The
+    /// reflector re-watches after it.
+    pub watch_timeout: Option<u32>,
+    /// Ask for `BOOKMARK` events. Default true.
+    pub bookmarks: bool,
+}
+
+impl Default for KubeSourceOptions {
+    fn default() -> Self {
+        KubeSourceOptions {
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            page_size: Some(500),
+            list_semantic: ListSemantic::MostRecent,
+            watch_timeout: None,
+            bookmarks: true,
+        }
+    }
+}
+
+impl KubeSourceOptions {
+    /// Restricts to one namespace.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+    /// Sets the label selector.
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+    /// Sets the field selector.
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.field_selector = Some(selector.into());
+        self
+    }
+    /// Sets the list page size (`None`: unpaged).
+    pub fn page_size(mut self, page_size: Option<u32>) -> Self {
+        self.page_size = page_size;
+        self
+    }
+    /// Sets the server-side watch timeout in seconds.
+    pub fn watch_timeout(mut self, seconds: u32) -> Self {
+        self.watch_timeout = Some(seconds);
+        self
+    }
+}
+
+/// Why a [`KubeSource`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeSourceError {
+    /// The given kubeconfig file could not be read or used.
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file given.
+        path: PathBuf,
+        /// What went wrong with it.
+        #[source]
+        source: KubeconfigError,
+    },
+    /// The default kubeconfig could not be used with the given context.
+    #[error("kubeconfig context {context:?}: {source}")]
+    Context {
+        /// The context given.
+        context: String,
+        /// What went wrong with it.
+        #[source]
+        source: KubeconfigError,
+    },
+    /// Neither a kubeconfig nor an in-cluster configuration was found.
+    #[error("no Kubernetes configuration: {0}")]
+    Infer(#[from] InferConfigError),
+    /// The client could not be built from the configuration.
+    #[error("Kubernetes client: {0}")]
+    Client(#[from] ::kube::Error),
+}
+
+/// Adapts a kube-runtime backoff (an iterator of delays that can be reset)
+/// to the engine's [`Backoff`].
+pub struct RuntimeBackoff<B>(pub B);
+
+impl<B: kube_runtime::utils::Backoff> Backoff for RuntimeBackoff<B> {
+    fn next_delay(&mut self) -> Duration {
+        self.0.next().unwrap_or(MAX_BACKOFF)
+    }
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+}
+
+/// What the watch stream needs after `watch` returned.
+struct Meta {
+    describe: String,
+    api_version: String,
+    kind: String,
+}
+
+/// A [`ListerWatcher`] over a Kubernetes API server.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use informer_host::informer::{InformerOptions, SharedIndexInformer};
+/// use informer_host::source::kube::{KubeResource, KubeSource, KubeSourceOptions};
+/// let source = KubeSource::infer(
+///     &KubeResource::new("v1", "ConfigMap"),
+///     KubeSourceOptions::default().namespace("default").labels("app=web"),
+///     None,
+///     None,
+/// )
+/// .await?;
+/// let informer = SharedIndexInformer::new(source, InformerOptions::default());
+/// # Ok(()) }
+/// ```
+pub struct KubeSource {
+    client: Client,
+    resource: ApiResource,
+    request: Request,
+    options: KubeSourceOptions,
+    meta: Arc<Meta>,
+}
+
+impl KubeSource {
+    /// A source for `resource` over an existing client.
+    pub fn new(client: Client, resource: &KubeResource, options: KubeSourceOptions) -> Self {
+        let ar = resource.api_resource();
+        let api: Api<DynamicObject> = match &options.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let request = Request::new(api.resource_url());
+        let mut describe = format!("{}/{}", ar.api_version, ar.kind);
+        match &options.namespace {
+            Some(ns) => describe.push_str(&format!(" in namespace {ns}")),
+            None => describe.push_str(" in all namespaces"),
+        }
+        if let Some(l) = &options.label_selector {
+            describe.push_str(&format!(", labels {l:?}"));
+        }
+        if let Some(f) = &options.field_selector {
+            describe.push_str(&format!(", fields {f:?}"));
+        }
+        let meta = Arc::new(Meta { describe, api_version: ar.api_version.clone(), kind: ar.kind.clone() });
+        KubeSource { client, resource: ar, request, options, meta }
+    }
+
+    /// A source whose client comes from a kubeconfig or the in-cluster
+    /// service account: `kubeconfig` names a file (else `$KUBECONFIG` or
+    /// `~/.kube/config`), `context` a context in it (else the current one).
+    /// With neither, [`Config::infer`] also falls back to in-cluster.
+    pub async fn infer(
+        resource: &KubeResource,
+        options: KubeSourceOptions,
+        kubeconfig: Option<&Path>,
+        context: Option<&str>,
+    ) -> Result<KubeSource, KubeSourceError> {
+        let config = Self::infer_config(kubeconfig, context).await?;
+        Ok(KubeSource::new(Client::try_from(config)?, resource, options))
+    }
+
+    /// The client configuration [`KubeSource::infer`] uses.
+    pub async fn infer_config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<Config, KubeSourceError> {
+        let options = KubeConfigOptions { context: context.map(Into::into), ..Default::default() };
+        match (kubeconfig, context) {
+            (Some(path), _) => {
+                let err = |source| KubeSourceError::Kubeconfig { path: path.to_path_buf(), source };
+                let kc = Kubeconfig::read_from(path).map_err(err)?;
+                Config::from_custom_kubeconfig(kc, &options).await.map_err(err)
+            }
+            (None, Some(ctx)) => Config::from_kubeconfig(&options)
+                .await
+                .map_err(|source| KubeSourceError::Context { context: ctx.into(), source }),
+            (None, None) => Ok(Config::infer().await?),
+        }
+    }
+
+    /// The client this source uses.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+    /// The resource this source lists and watches.
+    pub fn api_resource(&self) -> &ApiResource {
+        &self.resource
+    }
+    /// The collection URL path, e.g. `/api/v1/namespaces/ns/configmaps`.
+    pub fn url_path(&self) -> &str {
+        &self.request.url_path
+    }
+    /// The options this source was built with.
+    pub fn options(&self) -> &KubeSourceOptions {
+        &self.options
+    }
+
+    fn list_params(&self) -> ListParams {
+        let (resource_version, version_match) = match self.options.list_semantic {
+            ListSemantic::Any => (Some("0".into()), Some(VersionMatch::NotOlderThan)),
+            ListSemantic::MostRecent => (None, None),
+        };
+        ListParams {
+            label_selector: self.options.label_selector.clone(),
+            field_selector: self.options.field_selector.clone(),
+            limit: self.options.page_size,
+            resource_version,
+            version_match,
+            ..Default::default()
+        }
+    }
+
+    fn watch_params(&self) -> WatchParams {
+        WatchParams {
+            label_selector: self.options.label_selector.clone(),
+            field_selector: self.options.field_selector.clone(),
+            timeout: self.options.watch_timeout,
+            bookmarks: self.options.bookmarks,
+            send_initial_events: false,
+        }
+    }
+
+    async fn list_all(&self) -> Result<ListResult, SourceError> {
+        let mut lp = self.list_params();
+        let mut items = Vec::new();
+        loop {
+            let req = self.request.list(&lp).map_err(|e| self.meta.other("list", e))?;
+            let text = match self.client.request_text(req).await {
+                Ok(text) => text,
+                Err(::kube::Error::Api(s)) if s.code == 410 && lp.continue_token.is_some() => {
+                    tracing::info!(source = %self.meta.describe, "list continue token expired ({}); listing again without paging", s.message);
+                    items.clear();
+                    lp.continue_token = None;
+                    lp.limit = None;
+                    continue;
+                }
+                Err(e) => return Err(self.meta.error("list", "", e)),
+            };
+            let page: RawList =
+                serde_json::from_str(&text).map_err(|e| self.meta.other("list: undecodable response", e))?;
+            let page_items = page.items.unwrap_or_default();
+            items.reserve(page_items.len());
+            for raw in page_items {
+                items.push(self.meta.object(raw)?);
+            }
+            match page.metadata.continue_token.filter(|c| !c.is_empty()) {
+                Some(token) => lp.continue_token = Some(token),
+                None => {
+                    let resource_version =
+                        page.metadata.resource_version.filter(|rv| !rv.is_empty()).ok_or_else(|| {
+                            SourceError::Other(format!("list {}: response has no resourceVersion", self.meta.describe))
+                        })?;
+                    return Ok(ListResult { items, resource_version });
+                }
+            }
+        }
+    }
+
+    async fn watch_from(&self, resource_version: String) -> Result<WatchStream, SourceError> {
+        let req =
+            self.request.watch(&self.watch_params(), &resource_version).map_err(|e| self.meta.other("watch", e))?;
+        let events = self
+            .client
+            .request_events::<Box<RawValue>>(req)
+            .await
+            .map_err(|e| self.meta.error("watch", &resource_version, e))?;
+        let meta = self.meta.clone();
+        let state = (Box::pin(events), false);
+        let stream = futures::stream::unfold(state, move |(mut events, failed)| {
+            let meta = meta.clone();
+            let rv = resource_version.clone();
+            async move {
+                if failed {
+                    return None;
+                }
+                let item = match events.next().await? {
+                    Ok(KubeEvent::Added(raw)) => meta.object(raw).map(WatchEvent::Added),
+                    Ok(KubeEvent::Modified(raw)) => meta.object(raw).map(WatchEvent::Modified),
+                    Ok(KubeEvent::Deleted(raw)) => meta.object(raw).map(WatchEvent::Deleted),
+                    Ok(KubeEvent::Bookmark(b)) => {
+                        Ok(WatchEvent::Bookmark { resource_version: b.metadata.resource_version })
+                    }
+                    Ok(KubeEvent::Error(status)) => Err(meta.status("watch", &rv, &status)),
+                    Err(::kube::Error::ReadEvents(e)) if is_probable_eof(&e) => {
+                        // client-go's StreamWatcher treats these as the end of
+                        // the watch: the reflector resumes from the last rv.
+                        tracing::debug!(source = %meta.describe, "watch connection ended: {e}");
+                        return None;
+                    }
+                    Err(e) => Err(meta.error("watch", &rv, e)),
+                };
+                let failed = item.is_err();
+                Some((item, (events, failed)))
+            }
+        });
+        Ok(stream.boxed())
+    }
+}
+
+impl Meta {
+    /// Keeps the JSON as received; adds `kind`/`apiVersion` when missing.
+    fn object(&self, raw: Box<RawValue>) -> Result<ObjectRef, SourceError> {
+        let undecodable =
+            |e: crate::informer::ObjectError| SourceError::Other(format!("{}: undecodable object: {e}", self.describe));
+        let obj = Object::from_raw(raw).map_err(undecodable)?;
+        if !obj.kind().is_empty() && !obj.api_version().is_empty() {
+            return Ok(Arc::new(obj));
+        }
+        let json = with_type_meta(
+            obj.json(),
+            obj.api_version().is_empty().then_some(self.api_version.as_str()),
+            obj.kind().is_empty().then_some(self.kind.as_str()),
+        );
+        Ok(Arc::new(Object::from_json(json).map_err(undecodable)?))
+    }
+
+    fn status(&self, verb: &str, resource_version: &str, s: &Status) -> SourceError {
+        if s.code == 410 {
+            return SourceError::Gone { resource_version: resource_version.into(), message: s.message.clone() };
+        }
+        SourceError::Other(format!(
+            "{verb} {} failed: {} (reason {:?}, code {})",
+            self.describe,
+            if s.message.is_empty() { "no message" } else { &s.message },
+            s.reason,
+            s.code
+        ))
+    }
+
+    fn error(&self, verb: &str, resource_version: &str, e: ::kube::Error) -> SourceError {
+        match e {
+            ::kube::Error::Api(s) => self.status(verb, resource_version, &s),
+            e => self.other(verb, e),
+        }
+    }
+
+    fn other(&self, verb: &str, e: impl std::error::Error) -> SourceError {
+        let mut msg = format!("{verb} {} failed: {e}", self.describe);
+        let mut source = e.source();
+        while let Some(s) = source {
+            let s_text = s.to_string();
+            if !msg.contains(&s_text) {
+                msg.push_str(": ");
+                msg.push_str(&s_text);
+            }
+            source = s.source();
+        }
+        SourceError::Other(msg)
+    }
+}
+
+/// client-go's `net.IsProbableEOF`: the connection ended, not the protocol.
+fn is_probable_eof(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    if matches!(e.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe) {
+        return true;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|r| r as _);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && matches!(io.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    let text = e.to_string();
+    ["unexpected EOF", "connection reset", "broken pipe", "use of closed network connection"]
+        .iter()
+        .any(|needle| text.contains(needle))
+}
+
+/// Splices `apiVersion` and/or `kind` into the JSON object text `json`.
+fn with_type_meta(json: &str, api_version: Option<&str>, kind: Option<&str>) -> String {
+    let Some(rest) = json.trim_start().strip_prefix('{') else { return json.to_string() };
+    let mut out = String::with_capacity(json.len() + 48);
+    out.push('{');
+    let fields = [("apiVersion", api_version), ("kind", kind)];
+    let mut first = true;
+    for (name, value) in fields.iter().filter_map(|(n, v)| v.map(|v| (n, v))) {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str(&format!("\"{name}\":"));
+        out.push_str(&serde_json::Value::from(value).to_string());
+    }
+    if !first && !rest.trim_start().starts_with('}') {
+        out.push(',');
+    }
+    out.push_str(rest);
+    out
+}
+
+#[derive(Deserialize)]
+struct RawList {
+    #[serde(default)]
+    metadata: RawListMeta,
+    #[serde(default)]
+    items: Option<Vec<Box<RawValue>>>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawListMeta {
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: Option<String>,
+    #[serde(rename = "continue", default)]
+    continue_token: Option<String>,
+}
+
+impl ListerWatcher for KubeSource {
+    fn list(&self) -> BoxFuture<'_, Result<ListResult, SourceError>> {
+        Box::pin(self.list_all())
+    }
+    fn watch(&self, resource_version: &str) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        Box::pin(self.watch_from(resource_version.to_string()))
+    }
+    fn describe(&self) -> String {
+        self.meta.describe.clone()
+    }
+    /// kube-runtime's default watcher backoff (client-go's parameters).
+    fn backoff(&self) -> Box<dyn Backoff> {
+        Box::new(RuntimeBackoff(DefaultBackoff::default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_events_keep_the_json_as_received() {
+        let line = r#"{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"z":"1","a":"2"}}}"#;
+        let KubeEvent::Added(raw) = serde_json::from_str::<KubeEvent<Box<RawValue>>>(line).unwrap() else {
+            panic!("not an ADDED event")
+        };
+        assert_eq!(
+            raw.get(),
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"z":"1","a":"2"}}"#
+        );
+        let bm = r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9","creationTimestamp":null}}}"#;
+        let KubeEvent::Bookmark(b) = serde_json::from_str::<KubeEvent<Box<RawValue>>>(bm).unwrap() else {
+            panic!("not a BOOKMARK")
+        };
+        assert_eq!(b.metadata.resource_version, "9");
+        let err = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}"#;
+        let KubeEvent::Error(s) = serde_json::from_str::<KubeEvent<Box<RawValue>>>(err).unwrap() else {
+            panic!("not an ERROR")
+        };
+        let meta = Meta { describe: "v1/ConfigMap".into(), api_version: "v1".into(), kind: "ConfigMap".into() };
+        assert!(meta.status("watch", "1", &s).is_gone());
+    }
+
+    #[test]
+    fn list_items_get_kind_and_api_version() {
+        let meta =
+            Meta { describe: "apps/v1/Deployment".into(), api_version: "apps/v1".into(), kind: "Deployment".into() };
+        let raw = RawValue::from_string(r#"{"metadata":{"name":"d","namespace":"ns"},"spec":{}}"#.into()).unwrap();
+        let obj = meta.object(raw).unwrap();
+        assert_eq!((obj.api_version(), obj.kind(), obj.key()), ("apps/v1", "Deployment", "ns/d"));
+        assert_eq!(
+            obj.json(),
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","namespace":"ns"},"spec":{}}"#
+        );
+        let raw = RawValue::from_string(r#"{"kind":"Deployment","metadata":{"name":"d"}}"#.into()).unwrap();
+        assert_eq!(
+            meta.object(raw).unwrap().json(),
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"}}"#
+        );
+        assert_eq!(with_type_meta("{}", None, Some("X")), r#"{"kind":"X"}"#);
+        let complete = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#;
+        let obj = meta.object(RawValue::from_string(complete.into()).unwrap()).unwrap();
+        assert_eq!(obj.json(), complete);
+    }
+
+    #[test]
+    fn errors_name_the_resource_and_the_server_message() {
+        let meta = Meta {
+            describe: "v1/ConfigMap in namespace ns".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        };
+        let s = Status::failure("configmaps is forbidden", "Forbidden").with_code(403);
+        let e = meta.error("list", "", ::kube::Error::Api(s.boxed()));
+        assert_eq!(
+            e.to_string(),
+            r#"list v1/ConfigMap in namespace ns failed: configmaps is forbidden (reason "Forbidden", code 403)"#
+        );
+        let s = Status::failure("gone", "Expired").with_code(410);
+        assert!(meta.error("watch", "5", ::kube::Error::Api(s.boxed())).is_gone());
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "eof");
+        assert!(is_probable_eof(&eof));
+        assert!(!is_probable_eof(&std::io::Error::other("bad frame")));
+    }
+
+    #[test]
+    fn resources_and_urls() {
+        let cm = KubeResource::new("v1", "ConfigMap");
+        assert_eq!(cm.api_resource().plural, "configmaps");
+        assert_eq!(cm.api_version(), "v1");
+        let w = KubeResource::new("example.com/v1", "Widget").with_plural("widgetz");
+        assert_eq!(w.api_resource().plural, "widgetz");
+        assert_eq!(w.api_resource().api_version, "example.com/v1");
+    }
+
+    #[tokio::test]
+    async fn backoff_is_kube_runtimes_default() {
+        let mut b = RuntimeBackoff(DefaultBackoff::default());
+        let first = b.next_delay();
+        assert!(first >= Duration::from_millis(800) && first <= Duration::from_millis(1600), "{first:?}");
+        let second = b.next_delay();
+        assert!(second >= Duration::from_millis(1600), "{second:?}");
+        for _ in 0..20 {
+            assert!(b.next_delay() <= Duration::from_secs(60));
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(1600));
+    }
+}

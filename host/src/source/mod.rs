@@ -7,6 +7,7 @@
 pub mod kube;
 pub mod manifests;
 mod memory;
+pub mod selector;
 mod versioned;
 
 pub use memory::MemorySource;

@@ -1,0 +1,48 @@
+// Builds one JavaScript plugin into a component with componentize-js's API.
+//
+//   node ../js-sdk/build.mjs <source.js> <out.wasm>     (from the plugin's folder)
+//
+// componentize-js comes from the plugin folder's node_modules (`npm ci`).
+// The build runs with `plugins/` as the working directory, so the source
+// may import the SDK as `../js-sdk/informer-guest.js`: componentize-js maps
+// the working directory as the guest's `/` while it pre-initializes the
+// module. Only the WIT package `wit/` and the folders above are read; no
+// network access is needed.
+import { mkdir, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const [source, out] = process.argv.slice(2);
+if (!source || !out) {
+  console.error('usage: node build.mjs <source.js> <out.wasm>');
+  process.exit(2);
+}
+const pluginDir = process.cwd();
+const pluginsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const sourcePath = resolve(pluginDir, source);
+const outPath = resolve(pluginDir, out);
+const witPath = resolve(pluginsDir, '..', 'wit');
+
+const modules = join(pluginDir, 'node_modules', '@bytecodealliance');
+const { componentize } = await import(pathToFileURL(join(modules, 'componentize-js', 'src', 'componentize.js')).href);
+// componentize-js runs its WIT splicer as a component on the WASI shim, and
+// preview2-shim 0.26 starts with no preopened directory at all (older ones
+// opened `/`), so the splicer cannot read `wit/` ("No such file or
+// directory", or jco's "failed to get path metadata"). Open the repository.
+const { _setPreopens } = await import(
+  pathToFileURL(join(modules, 'preview2-shim', 'dist', 'nodejs', 'filesystem.js')).href
+);
+const repo = resolve(pluginsDir, '..');
+_setPreopens({ [repo]: repo });
+
+process.chdir(pluginsDir);
+const { component } = await componentize({
+  sourcePath,
+  witPath,
+  worldName: 'handler',
+  // The host links no wasi:http; stdio (for stderr), random and clocks stay.
+  disableFeatures: ['http', 'fetch-event'],
+});
+await mkdir(dirname(outPath), { recursive: true });
+await writeFile(outPath, component);
+console.error(`built ${outPath} (${component.length} bytes)`);

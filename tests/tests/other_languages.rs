@@ -1,0 +1,471 @@
+//! End to end: plugins written in Python (componentize-py) and JavaScript
+//! (componentize-js), built by `plugins/build-other-languages.sh`, run side
+//! by side with their Rust twins on one real informer over the memory
+//! source, and must log exactly the same lines.
+//!
+//! The script runs once per test process and installs its toolchains on the
+//! first run (PyPI, npm); after that it only rebuilds what changed. The
+//! components are large (12 to 18 MB), so the runtime keeps its compiled
+//! code in `target/wasm-cache` and every test loads each plugin once.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use informer_host::informer::{InformerOptions, Registration, SharedIndexInformer};
+use informer_host::plugin::{
+    CacheView, Grants, Level, LoadedPlugin, LogSink, PluginError, PluginRuntime, PluginSpec, RuntimeConfig,
+};
+use informer_host::source::MemorySource;
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// The non-Rust recorders, by folder under `plugins/`.
+const RECORDERS: [&str; 2] = ["python-recorder", "js-recorder"];
+
+/// Lines a plugin logged, with the instant and level of each.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<(Instant, Level, String)>>>);
+
+impl Log {
+    fn sink(&self) -> LogSink {
+        let lines = self.0.clone();
+        LogSink(Arc::new(move |level: Level, m: &str| lines.lock().push((Instant::now(), level, m.to_string()))))
+    }
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().iter().map(|(_, _, l)| l.clone()).collect()
+    }
+    /// Lines other than `init …`.
+    fn events(&self) -> Vec<String> {
+        self.lines().into_iter().filter(|l| !l.starts_with("init ")).collect()
+    }
+    fn leveled(&self) -> Vec<(Level, String)> {
+        self.0.lock().iter().map(|(_, level, l)| (*level, l.clone())).collect()
+    }
+    fn when(&self, line: &str) -> Option<Instant> {
+        self.0.lock().iter().find(|(_, _, l)| l == line).map(|(t, _, _)| *t)
+    }
+    fn count(&self, prefix: &str) -> usize {
+        self.lines().iter().filter(|l| l.starts_with(prefix)).count()
+    }
+}
+
+fn repo() -> PathBuf {
+    plugin_build::repo_root()
+}
+
+/// Runs `plugins/build-other-languages.sh` once per process; the folder of
+/// its components, or the script's output when it failed.
+fn build_other_languages() -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = repo().join("plugins").join("build-other-languages.sh");
+            let started = Instant::now();
+            let out = Command::new("bash")
+                .arg(&script)
+                .current_dir(repo())
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                return Err(format!("{} failed ({}):\n{stderr}", script.display(), out.status));
+            }
+            eprintln!("{} took {:?}\n{stderr}", script.display(), started.elapsed());
+            Ok(repo().join("target").join("plugins").join("other"))
+        })
+        .clone()
+}
+
+/// The component of a plugin folder: Rust ones from the cargo build, the
+/// others from the script.
+fn wasm(plugin: &str) -> PathBuf {
+    if is_other_language(plugin) {
+        let dir = build_other_languages().unwrap_or_else(|e| panic!("building the non-Rust plugins failed:\n{e}"));
+        let path = dir.join(format!("{}.wasm", plugin.replace('-', "_")));
+        assert!(path.is_file(), "no component for plugin `{plugin}` at {}", path.display());
+        path
+    } else {
+        plugin_build::plugin_path(plugin)
+    }
+}
+
+/// One runtime for the whole process, so that a component compiled for one
+/// test is reused by the others; compiled code also persists on disk.
+fn runtime() -> &'static PluginRuntime {
+    static RUNTIME: OnceLock<PluginRuntime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        let cache_dir = repo().join("target").join("wasm-cache");
+        std::fs::create_dir_all(&cache_dir).unwrap();
+        PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache_dir) }).unwrap()
+    })
+}
+
+fn is_other_language(plugin: &str) -> bool {
+    plugin.starts_with("python-") || plugin.starts_with("js-")
+}
+
+fn spec(plugin: &str, log: &Log) -> PluginSpec {
+    let mut s = PluginSpec::new(plugin, wasm(plugin));
+    // The other languages' plugins target the `handler` world (log only):
+    // their toolchains import every interface of a world, used or not.
+    s.grants = Grants { log: true, ..Grants::default() };
+    s.log_sink = Some(log.sink());
+    s
+}
+
+/// Loads one at a time: tests running in parallel would otherwise compile
+/// the same large component twice, on the same two cores.
+fn try_load(spec: PluginSpec) -> Result<LoadedPlugin, PluginError> {
+    static LOADING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = LOADING.lock();
+    runtime().load(spec)
+}
+
+fn load(spec: PluginSpec) -> LoadedPlugin {
+    let name = spec.name.clone();
+    let plugin = try_load(spec).unwrap_or_else(|e| panic!("loading {name}: {e}"));
+    let i = &plugin.info;
+    eprintln!(
+        "{name}: {} bytes, compiled in {:?} (from cache: {}), instantiated in {:?}",
+        i.size_bytes, i.compile_time, i.from_cache, i.instantiate_time
+    );
+    plugin
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+struct Running {
+    informer: SharedIndexInformer,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(src: &MemorySource) -> Running {
+        let informer = SharedIndexInformer::new(src.clone(), InformerOptions::default());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let (i, s) = (informer.clone(), stop.clone());
+            async move { i.run(s).await }
+        });
+        Running { informer, stop, task }
+    }
+    fn add(&self, plugin: &LoadedPlugin) -> Registration {
+        let h = plugin.handler(Some(CacheView::new(self.informer.indexer().clone()))).unwrap();
+        self.informer.add_named_event_handler(plugin.spec.name.clone(), Box::new(h), Duration::ZERO).unwrap()
+    }
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+fn cm(src: &MemorySource, name: &str, v: &str) {
+    src.apply_config_map("ns", name, v).unwrap();
+}
+
+/// The scripted sequence of `wasm_plugins.rs`'s recorder test, delivered to
+/// the Rust recorder and `other` side by side: both log the same lines.
+async fn same_sequence_as_the_rust_recorder(other: &str) {
+    let src = MemorySource::new();
+    cm(&src, "a", "1"); // rv 1
+    cm(&src, "b", "1"); // rv 2
+    let (rlog, olog) = (Log::default(), Log::default());
+    let rust = load(spec("recorder", &rlog));
+    let theirs = load(spec(other, &olog));
+    let run = Running::start(&src);
+    let (rreg, oreg) = (run.add(&rust), run.add(&theirs));
+    eventually("initial sync", || rreg.has_synced() && oreg.has_synced()).await;
+    cm(&src, "a", "2"); // rv 3
+    src.delete("ns/b"); // rv 4
+    cm(&src, "c", "1"); // rv 5
+    eventually("live events", || rlog.events().len() >= 5 && olog.events().len() >= 5).await;
+    src.delete_while_disconnected("ns/c"); // rv 6, never watched: a tombstone
+    eventually("tombstone", || rlog.events().len() >= 7 && olog.events().len() >= 7).await;
+
+    let mut initial = olog.events()[..2].to_vec();
+    initial.sort();
+    assert_eq!(initial, ["add ns/a rv=1 initial=true", "add ns/b rv=2 initial=true"], "{other}");
+    assert_eq!(
+        olog.events()[2..],
+        [
+            "update ns/a rv=1->3",
+            "delete ns/b rv=4",
+            "add ns/c rv=5 initial=false",
+            "update ns/a rv=3->3",
+            "delete-tombstone ns/c rv=5",
+        ],
+        "{other}"
+    );
+    // The initial adds may come in either order; all the rest is fixed.
+    let sorted = |mut v: Vec<String>| {
+        v[..2].sort();
+        v
+    };
+    assert_eq!(sorted(olog.events()), sorted(rlog.events()), "{other} and the Rust recorder differ");
+    assert_eq!(olog.lines().iter().filter(|l| l.starts_with("init ")).collect::<Vec<_>>(), ["init {}", "init {}"]);
+    assert_eq!(olog.count("init "), rlog.count("init "));
+    assert_eq!(oreg.stats().delivered.load(Ordering::Relaxed), 7);
+    assert_eq!(oreg.stats().crashed.load(Ordering::Relaxed), 0);
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_recorder_logs_what_the_rust_recorder_logs() {
+    same_sequence_as_the_rust_recorder("python-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_recorder_logs_what_the_rust_recorder_logs() {
+    same_sequence_as_the_rust_recorder("js-recorder").await;
+}
+
+/// An exception escaping `other` (configured to throw on `bad`) is handled
+/// like the Rust `panic-on` plugin's panic on the same object: that
+/// notification skipped, delivery resumed a second later, in a fresh
+/// instance (init logged again).
+async fn exception_is_handled_like_a_rust_panic(other: &str) {
+    let src = MemorySource::new();
+    let (plog, olog) = (Log::default(), Log::default());
+    let mut ps = spec("panic-on", &plog);
+    ps.config_json = json!({"name": "bad"}).to_string();
+    let panicky = load(ps);
+    let mut os = spec(other, &olog);
+    os.config_json = json!({"throw_on": "bad"}).to_string();
+    let theirs = load(os);
+    let run = Running::start(&src);
+    let (preg, oreg) = (run.add(&panicky), run.add(&theirs));
+    eventually("sync", || preg.has_synced() && oreg.has_synced()).await;
+    cm(&src, "before", "1"); // rv 1
+    cm(&src, "bad", "1"); // rv 2
+    cm(&src, "after", "1"); // rv 3
+    eventually("both resume", || plog.events().len() >= 2 && olog.events().len() >= 2).await;
+    assert_eq!(olog.events(), ["add ns/before rv=1 initial=false", "add ns/after rv=3 initial=false"], "{other}");
+    assert_eq!(olog.events(), plog.events());
+    let before = olog.when("add ns/before rv=1 initial=false").unwrap();
+    let resumed = olog.when("add ns/after rv=3 initial=false").unwrap();
+    assert!(resumed - before >= Duration::from_secs(1), "{other} resumed only {:?} later", resumed - before);
+    assert_eq!(oreg.stats().crashed.load(Ordering::Relaxed), 1, "{other}");
+    assert_eq!(theirs.stats.restarts.load(Ordering::Relaxed), 1, "{other}");
+    assert_eq!(theirs.stats.traps_other.load(Ordering::Relaxed), 1, "{other}: not a fuel, deadline or memory trap");
+    // Load probe, the registration's instance, the fresh one after the trap.
+    assert_eq!(olog.count("init "), 3, "{other}");
+    assert_eq!(olog.count("init "), plog.count("init "));
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_exception_is_handled_like_a_rust_panic() {
+    exception_is_handled_like_a_rust_panic("python-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_throw_is_handled_like_a_rust_panic() {
+    exception_is_handled_like_a_rust_panic("js-recorder").await;
+}
+
+/// An error the guest returns on purpose (Python `informer_guest.Error`, JS
+/// `PluginError`) is an `err` result, as a Rust plugin's `Err`: counted as
+/// failed, no trap, no restart; in `init` it refuses the load.
+async fn returned_errors_are_results_not_traps(other: &str) {
+    let mut bad = spec(other, &Log::default());
+    bad.config_json = "{not json".into();
+    match try_load(bad) {
+        Ok(_) => panic!("{other}: a config that is not JSON should be refused"),
+        Err(e) => {
+            assert!(matches!(e, PluginError::Init { .. }), "{other}: {e}");
+            assert!(e.to_string().contains("invalid plugin configuration"), "{e}");
+        }
+    }
+
+    let src = MemorySource::new();
+    let log = Log::default();
+    let mut s = spec(other, &log);
+    s.config_json = json!({"fail_on": "bad"}).to_string();
+    let plugin = load(s);
+    let run = Running::start(&src);
+    let reg = run.add(&plugin);
+    eventually("sync", || reg.has_synced()).await;
+    cm(&src, "before", "1");
+    cm(&src, "bad", "1");
+    cm(&src, "after", "1");
+    eventually("delivery", || log.events().len() >= 2).await;
+    assert_eq!(log.events(), ["add ns/before rv=1 initial=false", "add ns/after rv=3 initial=false"], "{other}");
+    assert_eq!(reg.stats().failed.load(Ordering::Relaxed), 1, "{other}");
+    assert_eq!(reg.stats().crashed.load(Ordering::Relaxed), 0, "{other}");
+    assert_eq!(plugin.stats.restarts.load(Ordering::Relaxed), 0, "{other}");
+    assert_eq!(log.count("init "), 2, "{other}: the instance was replaced");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_errors_are_results_not_traps() {
+    returned_errors_are_results_not_traps("python-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_errors_are_results_not_traps() {
+    returned_errors_are_results_not_traps("js-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_label_audit_warns_like_the_rust_one() {
+    let src = MemorySource::new();
+    let labelled = |name: &str, labels: serde_json::Value| {
+        src.apply(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+        }))
+        .unwrap();
+    };
+    labelled("complete", json!({"app": "x", "team": "y"}));
+    labelled("bare", json!({}));
+    let (rlog, plog) = (Log::default(), Log::default());
+    let config = json!({"required": ["app", "team"]}).to_string();
+    let mut rs = spec("label-audit", &rlog);
+    rs.config_json = config.clone();
+    let rust = load(rs);
+    let mut ps = spec("python-label-audit", &plog);
+    ps.config_json = config;
+    let python = load(ps);
+    let run = Running::start(&src);
+    let (rreg, preg) = (run.add(&rust), run.add(&python));
+    eventually("sync", || rreg.has_synced() && preg.has_synced()).await;
+    labelled("complete", json!({"app": "x"})); // update: loses `team`
+    labelled("half", json!({"team": "y"}));
+    src.delete("ns/bare");
+    let delivered = |r: &Registration| r.stats().delivered.load(Ordering::Relaxed);
+    eventually("all delivered", || delivered(&rreg) == 5 && delivered(&preg) == 5).await;
+    let expected = [
+        (Level::Warn, "ConfigMap ns/bare is missing required labels: app, team".to_string()),
+        (Level::Warn, "ConfigMap ns/complete is missing required labels: team".to_string()),
+        (Level::Warn, "ConfigMap ns/half is missing required labels: app".to_string()),
+    ];
+    assert_eq!(plog.leveled(), expected);
+    assert_eq!(plog.leveled(), rlog.leveled());
+    run.stop().await;
+
+    // A configuration error is refused at load, naming the plugin, as in Rust.
+    for plugin in ["label-audit", "python-label-audit"] {
+        let mut s = spec(plugin, &Log::default());
+        s.config_json = json!({"requried": ["app"]}).to_string();
+        match try_load(s) {
+            Ok(_) => panic!("{plugin}: a misspelt option should be refused"),
+            Err(e) => {
+                assert!(matches!(e, PluginError::Init { .. }), "{plugin}: {e}");
+                let text = e.to_string();
+                assert!(text.contains(plugin) && text.contains("unknown field `requried`"), "{text}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_build_script_is_idempotent_and_quick_when_nothing_changed() {
+    build_other_languages().unwrap_or_else(|e| panic!("building the non-Rust plugins failed:\n{e}"));
+    let outputs = || -> Vec<(PathBuf, std::time::SystemTime)> {
+        let dir = repo().join("target/plugins/other");
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+            .map(|p| {
+                let t = std::fs::metadata(&p).unwrap().modified().unwrap();
+                (p, t)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = outputs();
+    for plugin in RECORDERS.iter().chain(&["python-label-audit"]) {
+        let file = format!("{}.wasm", plugin.replace('-', "_"));
+        assert!(before.iter().any(|(p, _)| p.ends_with(Path::new(&file))), "no {file} in {before:?}");
+    }
+    let started = Instant::now();
+    let out = Command::new("bash").arg("plugins/build-other-languages.sh").current_dir(repo()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(10), "an up-to-date run took {:?}", started.elapsed());
+    assert_eq!(outputs(), before, "an up-to-date run rebuilt something");
+}
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// Figures per language, not assertions:
+/// `cargo test -p e2e --test other_languages -- --ignored --nocapture bench`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run by hand"]
+async fn bench_recorders_per_language() {
+    const INSTANCES: usize = 20;
+    const OBJECTS: usize = 5_000;
+    let mut rows = Vec::new();
+    for plugin in ["recorder", "python-recorder", "js-recorder"] {
+        let lines = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut s = spec(plugin, &Log::default());
+        let counter = lines.clone();
+        s.log_sink = Some(LogSink(Arc::new(move |_: Level, _: &str| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        })));
+        // Compiled from scratch: a runtime without a disk cache.
+        let fresh = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+        let loaded = fresh.load(s.clone()).unwrap();
+        assert!(!loaded.info.from_cache);
+        let compile = loaded.info.compile_time;
+        // Compiled code from the disk cache (as a restarted host sees it).
+        let _ = try_load(s.clone()).unwrap();
+        let cached_rt =
+            PluginRuntime::new(RuntimeConfig { cache_dir: Some(repo().join("target/wasm-cache")) }).unwrap();
+        let cached = cached_rt.load(s.clone()).unwrap();
+        assert!(cached.info.from_cache);
+
+        let before = rss_bytes();
+        let mut handlers = Vec::new();
+        let mut times = Vec::new();
+        for _ in 0..INSTANCES {
+            let h = loaded.handler(None).unwrap();
+            times.push(h.instantiate_time());
+            handlers.push(h);
+        }
+        let per_instance = rss_bytes().saturating_sub(before) / INSTANCES as u64;
+        drop(handlers);
+        times.sort();
+
+        let src = MemorySource::new();
+        for i in 0..OBJECTS {
+            cm(&src, &format!("o{i}"), "x");
+        }
+        let run = Running::start(&src);
+        eventually("informer synced", || run.informer.has_synced()).await;
+        let started = Instant::now();
+        let reg = run.add(&loaded);
+        eventually("initial adds", || reg.has_synced()).await;
+        let elapsed = started.elapsed();
+        // An init per instance (3 loads, the handlers, the registration), a line per add.
+        assert_eq!(lines.load(Ordering::Relaxed), 3 + INSTANCES + 1 + OBJECTS, "{plugin}");
+        run.stop().await;
+        rows.push(format!(
+            "{plugin:<16} {:>7.1} MB  compile {:>7.2} s  from disk cache {:>6.1} ms  instantiate {:>6.2} ms (median of {INSTANCES})  RSS/instance {:>6.2} MiB  {:>8.0} adds/s",
+            loaded.info.size_bytes as f64 / 1e6,
+            compile.as_secs_f64(),
+            cached.info.compile_time.as_secs_f64() * 1e3,
+            times[INSTANCES / 2].as_secs_f64() * 1e3,
+            per_instance as f64 / (1 << 20) as f64,
+            OBJECTS as f64 / elapsed.as_secs_f64(),
+        ));
+    }
+    eprintln!("\n{}", rows.join("\n"));
+}

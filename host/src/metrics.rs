@@ -1,0 +1,499 @@
+//! Prometheus metrics, read on each scrape from what the host runs.
+//!
+//! This module owns [`Observed`], the live list of informers and plugins
+//! that metrics and readiness look at, and a `prometheus-client` collector
+//! that turns the engine's `Registration` counters and the plugin runtime's
+//! `PluginStats` into metrics when `/metrics` is scraped. Nothing on the
+//! delivery path is touched: every value is an atomic the engine or the
+//! runtime already keeps.
+//!
+//! Metrics (all prefixed `informer_host_`):
+//!
+//! | name | type | labels |
+//! | --- | --- | --- |
+//! | `informer_synced` | gauge 0/1 | informer |
+//! | `informer_objects` | gauge | informer |
+//! | `informer_resource_version` | gauge (when numeric) | informer |
+//! | `plugin_up` | gauge 0/1 (0: failed to load) | plugin, informer |
+//! | `plugin_synced` | gauge 0/1 | plugin, informer |
+//! | `notifications_delivered_total` | counter | plugin, informer |
+//! | `notifications_failed_total` | counter (handler returned `Err`) | plugin, informer |
+//! | `notifications_skipped_total` | counter (skipped after a crash) | plugin, informer |
+//! | `plugin_pending` | gauge (queue depth) | plugin, informer |
+//! | `plugin_call_duration_seconds` | histogram | plugin, informer |
+//! | `plugin_fuel_consumed_total` | counter | plugin, informer |
+//! | `plugin_restarts_total` | counter (fresh instances after a trap) | plugin, informer |
+//! | `plugin_traps_total` | counter | plugin, informer, cause |
+//! | `plugin_json_calls_total` | counter | plugin, informer |
+//! | `plugin_info` | info | plugin, informer, file, hash, world |
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::informer::{Registration, SharedIndexInformer};
+use crate::plugin::{PluginInfo, PluginStats};
+
+/// One informer the host runs.
+#[derive(Clone)]
+pub struct InformerEntry {
+    pub name: String,
+    /// The source's description, e.g. `manifests examples/manifests`.
+    pub source: String,
+    pub informer: SharedIndexInformer,
+}
+
+/// The state of one configured plugin.
+#[derive(Clone)]
+pub enum PluginState {
+    /// Loaded and registered with its informer.
+    Running { registration: Registration, stats: Arc<PluginStats>, info: Box<PluginInfo> },
+    /// Could not be loaded or registered; the rest of the host runs on.
+    Failed { error: String },
+}
+
+/// One configured plugin.
+#[derive(Clone)]
+pub struct PluginEntry {
+    pub name: String,
+    pub informer: String,
+    pub state: PluginState,
+}
+
+#[derive(Default)]
+struct Inner {
+    informers: Vec<InformerEntry>,
+    plugins: Vec<PluginEntry>,
+}
+
+/// What metrics and readiness look at. Cheap to clone (shared).
+#[derive(Clone, Default)]
+pub struct Observed {
+    inner: Arc<RwLock<Inner>>,
+}
+
+impl Observed {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn add_informer(&self, entry: InformerEntry) {
+        self.inner.write().informers.push(entry);
+    }
+    /// Adds a plugin, replacing one of the same name.
+    pub fn set_plugin(&self, entry: PluginEntry) {
+        let mut inner = self.inner.write();
+        match inner.plugins.iter_mut().find(|p| p.name == entry.name) {
+            Some(p) => *p = entry,
+            None => inner.plugins.push(entry),
+        }
+    }
+    pub fn remove_plugin(&self, name: &str) {
+        self.inner.write().plugins.retain(|p| p.name != name);
+    }
+    pub fn informers(&self) -> Vec<InformerEntry> {
+        self.inner.read().informers.clone()
+    }
+    pub fn plugins(&self) -> Vec<PluginEntry> {
+        self.inner.read().plugins.clone()
+    }
+
+    /// Readiness: every informer synced and every registration synced.
+    /// Plugins that failed to load do not hold readiness back (they are
+    /// listed, and `plugin_up` is 0 for them).
+    pub fn readiness(&self) -> Readiness {
+        let inner = self.inner.read();
+        let mut r = Readiness { ready: true, checks: Vec::new() };
+        for i in &inner.informers {
+            let synced = i.informer.has_synced();
+            r.ready &= synced;
+            let detail = if synced {
+                format!("synced, {} objects", i.informer.indexer().len())
+            } else if i.informer.is_stopped() {
+                "stopped".to_string()
+            } else {
+                "not synced".to_string()
+            };
+            r.checks.push(Check { ok: synced, what: format!("informer {}", i.name), detail });
+        }
+        for p in &inner.plugins {
+            match &p.state {
+                PluginState::Running { registration, .. } => {
+                    let synced = registration.has_synced();
+                    r.ready &= synced;
+                    let detail = if synced {
+                        "synced".to_string()
+                    } else {
+                        format!("not synced, {} pending", registration.pending())
+                    };
+                    r.checks.push(Check { ok: synced, what: format!("plugin {}", p.name), detail });
+                }
+                PluginState::Failed { error } => {
+                    r.checks.push(Check {
+                        ok: true,
+                        what: format!("plugin {}", p.name),
+                        detail: format!("failed to load (not counted for readiness): {error}"),
+                    });
+                }
+            }
+        }
+        r
+    }
+}
+
+/// One line of a readiness report.
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub ok: bool,
+    pub what: String,
+    pub detail: String,
+}
+
+/// The answer of `/readyz`.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    pub ready: bool,
+    pub checks: Vec<Check>,
+}
+
+impl Readiness {
+    /// Kubernetes-style text: `[+]informer x synced` / `[-]plugin y not synced`.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for c in &self.checks {
+            let _ = writeln!(s, "[{}]{}: {}", if c.ok { '+' } else { '-' }, c.what, c.detail);
+        }
+        s.push_str(if self.ready { "readyz check passed\n" } else { "readyz check failed\n" });
+        s
+    }
+}
+
+/// The registry served on `/metrics`.
+pub struct Metrics {
+    registry: Registry,
+}
+
+impl Metrics {
+    pub fn new(observed: Observed) -> Self {
+        let mut registry = Registry::with_prefix("informer_host");
+        registry.register_collector(Box::new(HostCollector { observed }));
+        Metrics { registry }
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+
+    /// The content type of [`Metrics::encode`]'s output.
+    pub const CONTENT_TYPE: &'static str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+}
+
+#[derive(Debug)]
+struct HostCollector {
+    observed: Observed,
+}
+
+impl std::fmt::Debug for Observed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.read();
+        f.debug_struct("Observed")
+            .field("informers", &inner.informers.iter().map(|i| &i.name).collect::<Vec<_>>())
+            .field("plugins", &inner.plugins.iter().map(|p| &p.name).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// Writes one metric family: a descriptor, then one sample per label set.
+fn family<T>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    ty: MetricType,
+    rows: &[(Labels, T)],
+    mut write: impl FnMut(prometheus_client::encoding::MetricEncoder, &T) -> Result<(), std::fmt::Error>,
+) -> Result<(), std::fmt::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut m = encoder.encode_descriptor(name, help, unit, ty)?;
+    for (labels, v) in rows {
+        write(m.encode_family(labels)?, v)?;
+    }
+    Ok(())
+}
+
+fn counters(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    family(encoder, name, help, None, MetricType::Counter, rows, |m, v| ConstCounter::new(*v).encode(m))
+}
+
+fn gauges(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, i64)],
+) -> Result<(), std::fmt::Error> {
+    family(encoder, name, help, None, MetricType::Gauge, rows, |m, v| ConstGauge::new(*v).encode(m))
+}
+
+impl Collector for HostCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let informers = self.observed.informers();
+        let plugins = self.observed.plugins();
+
+        let il = |i: &InformerEntry| -> Labels { vec![("informer", i.name.clone())] };
+        let synced: Vec<_> = informers.iter().map(|i| (il(i), i64::from(i.informer.has_synced()))).collect();
+        gauges(&mut encoder, "informer_synced", "1 once the informer's first list was processed", &synced)?;
+        let objects: Vec<_> = informers.iter().map(|i| (il(i), i.informer.indexer().len() as i64)).collect();
+        gauges(&mut encoder, "informer_objects", "Objects in the informer's cache", &objects)?;
+        let rv: Vec<_> = informers
+            .iter()
+            .filter_map(|i| i.informer.last_sync_resource_version().parse::<i64>().ok().map(|v| (il(i), v)))
+            .collect();
+        gauges(
+            &mut encoder,
+            "informer_resource_version",
+            "The last resourceVersion the informer saw (when it is a number)",
+            &rv,
+        )?;
+
+        let pl = |p: &PluginEntry| -> Labels { vec![("plugin", p.name.clone()), ("informer", p.informer.clone())] };
+        let up: Vec<_> =
+            plugins.iter().map(|p| (pl(p), i64::from(matches!(p.state, PluginState::Running { .. })))).collect();
+        gauges(&mut encoder, "plugin_up", "1 when the plugin is loaded and registered, 0 when it failed", &up)?;
+
+        let running: Vec<(Labels, &Registration, &PluginStats, &PluginInfo)> = plugins
+            .iter()
+            .filter_map(|p| match &p.state {
+                PluginState::Running { registration, stats, info } => Some((pl(p), registration, &**stats, &**info)),
+                PluginState::Failed { .. } => None,
+            })
+            .collect();
+        let rows = |f: &dyn Fn(&Registration, &PluginStats) -> u64| -> Vec<(Labels, u64)> {
+            running.iter().map(|(l, r, s, _)| (l.clone(), f(r, s))).collect()
+        };
+        let grows = |f: &dyn Fn(&Registration) -> i64| -> Vec<(Labels, i64)> {
+            running.iter().map(|(l, r, _, _)| (l.clone(), f(r))).collect()
+        };
+
+        gauges(
+            &mut encoder,
+            "plugin_synced",
+            "1 once the informer synced and the plugin handled its initial list",
+            &grows(&|r| i64::from(r.has_synced())),
+        )?;
+        gauges(&mut encoder, "plugin_pending", "Notifications queued for the plugin", &grows(&|r| r.pending() as i64))?;
+        counters(
+            &mut encoder,
+            "notifications_delivered",
+            "Notifications the plugin handled",
+            &rows(&|r, _| load(&r.stats().delivered)),
+        )?;
+        counters(
+            &mut encoder,
+            "notifications_failed",
+            "Notifications for which the plugin returned an error",
+            &rows(&|r, _| load(&r.stats().failed)),
+        )?;
+        counters(
+            &mut encoder,
+            "notifications_skipped",
+            "Notifications skipped because the plugin crashed (trap, fuel, deadline, memory)",
+            &rows(&|r, _| load(&r.stats().crashed)),
+        )?;
+
+        // Call latency: the runtime keeps a sum and a count, so the
+        // histogram has the +Inf bucket only (enough for rate(sum)/rate(count)).
+        let latency: Vec<(Labels, (f64, u64))> = running
+            .iter()
+            .map(|(l, _, s, _)| (l.clone(), (load(&s.call_nanos) as f64 / 1e9, load(&s.calls))))
+            .collect();
+        family(
+            &mut encoder,
+            "plugin_call_duration",
+            "Time spent in plugin calls",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+            &latency,
+            |mut m, (sum, count)| {
+                m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, &[(f64::MAX, *count)], None)
+            },
+        )?;
+        counters(
+            &mut encoder,
+            "plugin_fuel_consumed",
+            "Fuel consumed by the plugin's calls",
+            &rows(&|_, s| load(&s.fuel_consumed)),
+        )?;
+        counters(
+            &mut encoder,
+            "plugin_restarts",
+            "Fresh instances made after a trap",
+            &rows(&|_, s| load(&s.restarts)),
+        )?;
+        let mut traps = Vec::new();
+        for (l, _, s, _) in &running {
+            for (cause, v) in [
+                ("fuel", &s.traps_fuel),
+                ("deadline", &s.traps_deadline),
+                ("memory", &s.traps_memory),
+                ("other", &s.traps_other),
+            ] {
+                let mut l = l.clone();
+                l.push(("cause", cause.to_string()));
+                traps.push((l, load(v)));
+            }
+        }
+        counters(&mut encoder, "plugin_traps", "Traps of the plugin's instances, by cause", &traps)?;
+        counters(
+            &mut encoder,
+            "plugin_json_calls",
+            "Calls of object.json() (0 for metadata-only plugins)",
+            &rows(&|_, s| load(&s.json_calls)),
+        )?;
+        let info: Vec<(Labels, ())> = running
+            .iter()
+            .map(|(l, _, _, i)| {
+                let mut l = l.clone();
+                l.push(("file", i.file.display().to_string()));
+                l.push(("hash", i.hash.clone()));
+                l.push(("world", i.world.clone()));
+                (l, ())
+            })
+            .collect();
+        if !info.is_empty() {
+            let mut m =
+                encoder.encode_descriptor("plugin", "The loaded component of each plugin", None, MetricType::Info)?;
+            for (labels, ()) in &info {
+                m.encode_info(labels)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informer::{FnHandler, InformerOptions};
+    use crate::source::MemorySource;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn metrics_and_readiness_follow_the_engine() {
+        let src = MemorySource::new();
+        src.apply_config_map("default", "a", "1").unwrap();
+        src.apply_config_map("default", "b", "2").unwrap();
+        let informer =
+            SharedIndexInformer::new(src.clone(), InformerOptions { name: "cms".into(), ..Default::default() });
+        let reg = informer
+            .add_named_event_handler(
+                "recorder",
+                Box::new(FnHandler(|n: &crate::informer::Notification| {
+                    if n.key() == "default/b" {
+                        Err(crate::informer::HandlerError::Failed("no".into()))
+                    } else {
+                        Ok(())
+                    }
+                })),
+                Duration::ZERO,
+            )
+            .unwrap();
+        let observed = Observed::new();
+        observed.add_informer(InformerEntry {
+            name: "cms".into(),
+            source: "memory".into(),
+            informer: informer.clone(),
+        });
+        observed.set_plugin(PluginEntry {
+            name: "recorder".into(),
+            informer: "cms".into(),
+            state: PluginState::Running {
+                registration: reg.clone(),
+                stats: Arc::new(PluginStats::default()),
+                info: Box::new(PluginInfo {
+                    name: "recorder".into(),
+                    file: "recorder.wasm".into(),
+                    size_bytes: 1,
+                    hash: "abc".into(),
+                    world: "w".into(),
+                    imports: vec![],
+                    compile_time: Duration::ZERO,
+                    from_cache: false,
+                    instantiate_time: Duration::ZERO,
+                }),
+            },
+        });
+        observed.set_plugin(PluginEntry {
+            name: "broken".into(),
+            informer: "cms".into(),
+            state: PluginState::Failed { error: "not a component".into() },
+        });
+        let metrics = Metrics::new(observed.clone());
+
+        let r = observed.readiness();
+        assert!(!r.ready);
+        assert!(r.render().contains("[-]informer cms: not synced"), "{}", r.render());
+
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn({
+            let i = informer.clone();
+            let s = stop.clone();
+            async move { i.run(s).await }
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !observed.readiness().ready {
+            assert!(tokio::time::Instant::now() < deadline, "{}", observed.readiness().render());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let text = observed.readiness().render();
+        assert!(text.contains("[+]informer cms: synced, 2 objects"), "{text}");
+        assert!(text.contains("[+]plugin recorder: synced"), "{text}");
+        assert!(text.contains("[+]plugin broken: failed to load"), "{text}");
+        assert!(text.ends_with("readyz check passed\n"), "{text}");
+
+        let m = metrics.encode();
+        for want in [
+            "informer_host_informer_synced{informer=\"cms\"} 1",
+            "informer_host_informer_objects{informer=\"cms\"} 2",
+            "informer_host_informer_resource_version{informer=\"cms\"} 2",
+            "informer_host_plugin_up{plugin=\"recorder\",informer=\"cms\"} 1",
+            "informer_host_plugin_up{plugin=\"broken\",informer=\"cms\"} 0",
+            "informer_host_notifications_delivered_total{plugin=\"recorder\",informer=\"cms\"} 1",
+            "informer_host_notifications_failed_total{plugin=\"recorder\",informer=\"cms\"} 1",
+            "informer_host_notifications_skipped_total{plugin=\"recorder\",informer=\"cms\"} 0",
+            "informer_host_plugin_pending{plugin=\"recorder\",informer=\"cms\"} 0",
+            "informer_host_plugin_call_duration_seconds_count{plugin=\"recorder\",informer=\"cms\"} 0",
+            "informer_host_plugin_call_duration_seconds_bucket{le=\"+Inf\",plugin=\"recorder\",informer=\"cms\"} 0",
+            "informer_host_plugin_traps_total{plugin=\"recorder\",informer=\"cms\",cause=\"fuel\"} 0",
+            "informer_host_plugin_info{plugin=\"recorder\",informer=\"cms\",file=\"recorder.wasm\",hash=\"abc\",world=\"w\"} 1",
+            "# EOF",
+        ] {
+            assert!(m.contains(want), "missing {want:?} in\n{m}");
+        }
+        stop.cancel();
+        task.await.unwrap();
+    }
+}

@@ -1,0 +1,637 @@
+//! The `informer-host` binary, driven as a user drives it: `check` on good
+//! and broken configs, `run` on a copy of `examples/` with a manifest edited
+//! mid-run, `/metrics` and `/readyz` over real HTTP on a loopback port, and
+//! SIGTERM exiting 0.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_informer-host");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn host() -> Command {
+    let mut c = Command::new(BIN);
+    c.env("RUST_LOG", "info").env("NO_COLOR", "1").env_remove("INFORMER_HOST_CONFIG").stdin(Stdio::null());
+    c
+}
+
+fn output(args: &[&str], dir: &Path) -> Output {
+    host().args(args).current_dir(dir).output().expect("run informer-host")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A copy of `examples/` in a temp dir whose config points at the built
+/// plugins, a private compile cache and a free loopback port.
+struct Demo {
+    dir: tempfile::TempDir,
+}
+
+impl Demo {
+    fn new() -> Demo {
+        let plugins = plugin_build::build_all().unwrap_or_else(|e| panic!("building the plugins failed:\n{e}"));
+        let dir = tempfile::tempdir().unwrap();
+        let src = repo().join("examples");
+        std::fs::create_dir(dir.path().join("manifests")).unwrap();
+        for entry in std::fs::read_dir(src.join("manifests")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.path().join("manifests").join(entry.file_name())).unwrap();
+        }
+        let config = std::fs::read_to_string(src.join("host.toml")).unwrap();
+        let config = config
+            .replace("../target/plugins/wasm32-wasip2/release", plugins.to_str().unwrap())
+            .replace("\"../target/informer-host-cache\"", "\"cache\"")
+            .replace("\"127.0.0.1:9464\"", "\"127.0.0.1:0\"");
+        assert!(config.contains("127.0.0.1:0") && !config.contains("../target"), "examples/host.toml changed shape");
+        std::fs::write(dir.path().join("host.toml"), config).unwrap();
+        Demo { dir }
+    }
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+    fn config(&self) -> String {
+        std::fs::read_to_string(self.path("host.toml")).unwrap()
+    }
+    fn set_config(&self, text: &str) {
+        std::fs::write(self.path("host.toml"), text).unwrap();
+    }
+}
+
+/// A running host whose stderr is collected in the background.
+struct Running {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Running {
+    fn start(dir: &Path, args: &[&str]) -> Running {
+        let mut child = host()
+            .arg("run")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start informer-host run");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        Running { child, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until the log contains `needle`; panics with the log after `secs`.
+    fn wait_for(&mut self, needle: &str, secs: u64) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let log = self.log();
+            if log.contains(needle) {
+                return log;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // Give the reader thread a moment to drain the pipe.
+                std::thread::sleep(Duration::from_millis(100));
+                let log = self.log();
+                if log.contains(needle) {
+                    return log;
+                }
+                panic!("informer-host exited ({status}) before logging {needle:?}:\n{log}");
+            }
+            assert!(Instant::now() < deadline, "no {needle:?} within {secs}s:\n{log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The admin address from the start-up line.
+    fn admin_addr(&mut self) -> SocketAddr {
+        let log = self.wait_for("serving http://", 60);
+        let start = log.find("serving http://").expect("serving line") + "serving http://".len();
+        let rest = &log[start..];
+        rest[..rest.find('/').unwrap()].parse().unwrap()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").arg(format!("-{sig}")).arg(self.child.id().to_string()).status().unwrap();
+        assert!(ok.success(), "kill -{sig} failed");
+    }
+
+    /// Sends SIGTERM and returns the exit code and the whole log.
+    fn terminate(mut self) -> (Option<i32>, String) {
+        self.signal("TERM");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return (status.code(), self.log());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("informer-host did not exit within 30s of SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `GET path` over a real socket: (status, body).
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let status = buf.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("bad response {buf:?}"));
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+// ---------------------------------------------------------------------------
+// check
+
+#[test]
+fn help_lists_the_commands_and_flags() {
+    let out = output(&["--help"], &repo());
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for word in ["run", "check", "--config", "--log-format"] {
+        assert!(help.contains(word), "{word} missing from --help:\n{help}");
+    }
+    let out = output(&["run", "--help"], &repo());
+    let help = text(&out.stdout);
+    for word in ["--metrics-addr", "--kubeconfig", "--context", "--shutdown-grace"] {
+        assert!(help.contains(word), "{word} missing from run --help:\n{help}");
+    }
+}
+
+#[test]
+fn check_on_the_examples_prints_the_plugin_table() {
+    let demo = Demo::new();
+    let out = output(&["check", "--config", "host.toml"], demo.dir.path());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "check failed:\n{stdout}\n{}", text(&out.stderr));
+    let header = stdout.lines().next().unwrap();
+    for col in ["PLUGIN", "FILE", "SIZE", "WORLD", "IMPORTS", "GRANTED", "LIMITS"] {
+        assert!(header.contains(col), "{col} missing from {header:?}");
+    }
+    for (plugin, file) in [
+        ("event-log", "event_log.wasm"),
+        ("label-audit", "label_audit.wasm"),
+        ("label-audit-pods", "label_audit.wasm"),
+        ("cache-reader", "cache_reader.wasm"),
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(plugin))
+            .unwrap_or_else(|| panic!("no row for {plugin}:\n{stdout}"));
+        assert!(line.contains(file), "{line}");
+        assert!(line.contains("informer-host:plugin/plugin@"), "{line}");
+        assert!(line.contains("KiB"), "{line}");
+    }
+    let cache_reader = stdout.lines().find(|l| l.starts_with("cache-reader")).unwrap();
+    assert!(cache_reader.contains("log,cache"), "{cache_reader}");
+    let event_log = stdout.lines().find(|l| l.starts_with("event-log")).unwrap();
+    assert!(event_log.contains("fuel 10000000, deadline 500ms, memory 16 MiB"), "{event_log}");
+    assert!(stdout.contains("host.toml: ok (4 informer(s), 4 plugin(s))"), "{stdout}");
+}
+
+#[test]
+fn check_lists_every_config_problem_with_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("manifests")).unwrap();
+    std::fs::write(
+        dir.path().join("host.toml"),
+        r#"[[informer]]
+name = "cms"
+source = "manifests"
+dir = "manifests"
+resync = "every so often"
+
+[[plugin]]
+name = "a"
+wasm = "missing.wasm"
+informer = "configmaps"
+deadline = "500ms"
+fuel = 10
+"#,
+    )
+    .unwrap();
+    let out = output(&["check", "--config", "host.toml"], dir.path());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = text(&out.stderr);
+    for want in
+        ["host.toml:5:10: `resync`: invalid duration \"every so often\"", "host.toml:12:1: unknown field `fuel`"]
+    {
+        assert!(stderr.contains(want), "missing {want:?} in:\n{stderr}");
+    }
+    // A plugin with an unknown key is not checked further; fix it and the
+    // semantic problems show up, all of them.
+    let fixed = std::fs::read_to_string(dir.path().join("host.toml")).unwrap().replace("fuel = 10\n", "");
+    std::fs::write(dir.path().join("host.toml"), fixed).unwrap();
+    let out = output(&["check", "--config", "host.toml"], dir.path());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = text(&out.stderr);
+    for want in [
+        "host.toml:5:10: `resync`: invalid duration",
+        "host.toml:9:8: wasm file",
+        "missing.wasm does not exist",
+        "host.toml:10:12: unknown informer \"configmaps\" (defined: \"cms\")",
+        "10 | informer = \"configmaps\"",
+        "host.toml has 3 problems",
+    ] {
+        assert!(stderr.contains(want), "missing {want:?} in:\n{stderr}");
+    }
+}
+
+#[test]
+fn check_on_a_syntax_error_and_a_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("host.toml"), "[[informer]]\nname = \"x\nsource = \"kube\"\n").unwrap();
+    let out = output(&["check", "--config", "host.toml"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("host.toml:2:"), "{}", text(&out.stderr));
+
+    let out = output(&["check", "--config", "nope.toml"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("nope.toml: cannot read"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn check_names_a_plugin_that_is_not_a_component_and_still_checks_the_rest() {
+    let demo = Demo::new();
+    std::fs::write(demo.path("bogus.wasm"), b"this is not wasm").unwrap();
+    let mut config = demo.config();
+    config.push_str("\n[[plugin]]\nname = \"bogus\"\nwasm = \"bogus.wasm\"\ninformer = \"pods\"\n");
+    demo.set_config(&config);
+    let line = config.lines().position(|l| l == "name = \"bogus\"").unwrap() + 1;
+    let out = output(&["check", "--config", "host.toml"], demo.dir.path());
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.lines().any(|l| l.starts_with("event-log ")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("bogus ") && l.contains("FAILED")), "{stdout}");
+    let want = format!("error: host.toml:{line}:8: plugin \"bogus\"");
+    assert!(stdout.contains(&want), "missing {want:?} in:\n{stdout}");
+    assert!(stdout.contains("is not a WebAssembly component"), "{stdout}");
+    assert!(stdout.contains("host.toml: 1 problem"), "{stdout}");
+}
+
+// ---------------------------------------------------------------------------
+// run
+
+#[test]
+fn run_the_examples_edit_a_manifest_scrape_and_terminate() {
+    let demo = Demo::new();
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml"]);
+    let addr = host.admin_addr();
+    let log = host.wait_for("ready in", 60);
+    for want in [
+        "informer{name=configmaps}: listed 4 objects, synced in",
+        "informer{name=deployments}: listed 3 objects, synced in",
+        "plugin{name=event-log}: loaded event_log.wasm",
+        "added ConfigMap shop/feature-flags at rv",
+        "Deployment shop/checkout is missing required labels: team",
+        "Pod monitoring/debug-shell is missing required labels: app, team",
+        "4 informer(s) synced, 4 plugin(s) handled their initial list",
+    ] {
+        assert!(log.contains(want), "missing {want:?} in:\n{log}");
+    }
+
+    let (status, body) = http_get(addr, "/healthz");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("[+]informer configmaps: synced, 4 objects"), "{body}");
+    assert!(body.contains("[+]plugin event-log: synced"), "{body}");
+
+    // Edit a manifest while it runs: event-log sees the update.
+    let flags = demo.path("manifests/feature-flags.yaml");
+    let edited = std::fs::read_to_string(&flags).unwrap().replace("new-checkout: \"false\"", "new-checkout: \"true\"");
+    // Like an editor: write a hidden temp file, then rename it over the original.
+    let tmp = demo.path("manifests/.feature-flags.yaml.swp");
+    std::fs::write(&tmp, edited).unwrap();
+    std::fs::rename(&tmp, &flags).unwrap();
+    host.wait_for("updated ConfigMap shop/feature-flags rv", 30);
+
+    let (status, metrics) = http_get(addr, "/metrics");
+    assert_eq!(status, 200);
+    for want in [
+        "informer_host_informer_synced{informer=\"configmaps\"} 1",
+        "informer_host_plugin_up{plugin=\"event-log\",informer=\"configmaps\"} 1",
+        // 4 initial adds and the update.
+        "informer_host_notifications_delivered_total{plugin=\"event-log\",informer=\"configmaps\"} 5",
+        "informer_host_plugin_pending{plugin=\"event-log\",informer=\"configmaps\"} 0",
+        "informer_host_plugin_call_duration_seconds_count{plugin=\"event-log\",informer=\"configmaps\"}",
+        "informer_host_plugin_fuel_consumed_total{plugin=\"event-log\",informer=\"configmaps\"}",
+        "# EOF",
+    ] {
+        assert!(metrics.contains(want), "missing {want:?} in:\n{metrics}");
+    }
+
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "exit status after SIGTERM:\n{log}");
+    assert!(log.contains("received SIGTERM, shutting down"), "{log}");
+    assert!(log.contains("all informers stopped"), "{log}");
+}
+
+#[test]
+fn run_keeps_going_when_one_plugin_fails_to_load() {
+    let demo = Demo::new();
+    std::fs::write(demo.path("bogus.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let mut config = demo.config();
+    config.push_str("\n[[plugin]]\nname = \"bogus\"\nwasm = \"bogus.wasm\"\ninformer = \"pods\"\n");
+    demo.set_config(&config);
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml", "--log-format", "json"]);
+    let addr = host.admin_addr();
+    let log = host.wait_for("handled their initial list", 60);
+    assert!(log.contains("1 plugin(s) failed to load"), "{log}");
+    let failure = log.lines().find(|l| l.contains("bogus") && l.contains("ERROR")).expect("an error line for bogus");
+    let json: serde_json::Value = serde_json::from_str(failure).expect("json log lines");
+    let message = json["fields"]["message"].as_str().unwrap();
+    assert!(message.contains("plugin \"bogus\"") && message.contains("core wasm module"), "{message}");
+    assert!(message.contains("host.toml:"), "{message}");
+
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("[+]plugin bogus: failed to load"), "{body}");
+    let (_, metrics) = http_get(addr, "/metrics");
+    assert!(metrics.contains("informer_host_plugin_up{plugin=\"bogus\",informer=\"pods\"} 0"), "{metrics}");
+    assert!(metrics.contains("informer_host_plugin_up{plugin=\"event-log\",informer=\"configmaps\"} 1"), "{metrics}");
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn run_with_a_flag_address_and_sigint() {
+    let demo = Demo::new();
+    let config = demo.config();
+    let broken: String = config
+        .lines()
+        .map(|l| if l.starts_with("metrics_addr") { "metrics_addr = \"256.0.0.1:1\"" } else { l })
+        .collect::<Vec<_>>()
+        .join("\n");
+    demo.set_config(&broken);
+    // The config's address is invalid: `check`/`run` refuse it...
+    let out = output(&["check", "--config", "host.toml"], demo.dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("`metrics_addr`"), "{}", text(&out.stderr));
+    // ...and a valid one from the command line does not rescue an invalid config.
+    let fixed: String = config.lines().filter(|l| !l.starts_with("metrics_addr")).collect::<Vec<_>>().join("\n");
+    demo.set_config(&fixed);
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml", "--metrics-addr", "127.0.0.1:0"]);
+    let addr = host.admin_addr();
+    host.wait_for("ready in", 60);
+    assert_eq!(http_get(addr, "/healthz").0, 200);
+    host.signal("INT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = host.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGINT:\n{}", host.log());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{}", host.log());
+}
+
+#[test]
+fn run_refuses_an_invalid_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("host.toml"), "[[plugin]]\nname = \"x\"\n").unwrap();
+    let out = host().args(["run", "--config", "host.toml"]).current_dir(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("host.toml:1:1: missing field `wasm`"), "{stderr}");
+}
+
+/// A demo whose `spin` plugin loops in its call on ConfigMap `late-arrival`
+/// until its `deadline` stops it; the ConfigMap is added after start.
+fn spinning_demo(deadline: &str, extra: &[&str]) -> (Demo, Running) {
+    let demo = Demo::new();
+    let mut config = demo.config();
+    let spin = plugin_build::plugin_path("spin");
+    config.push_str(&format!(
+        "\n[[plugin]]\nname = \"spin\"\nwasm = {:?}\ninformer = \"configmaps\"\ngrants = [\"log\"]\n\
+         fuel_per_call = \"unlimited\"\ndeadline = \"{deadline}\"\nconfig = {{ name = \"late-arrival\" }}\n",
+        spin.display().to_string()
+    ));
+    demo.set_config(&config);
+    let mut args = vec!["--config", "host.toml"];
+    args.extend_from_slice(extra);
+    let mut host = Running::start(demo.dir.path(), &args);
+    host.wait_for("ready in", 60);
+    let tmp = demo.path("manifests/.late.yaml.swp");
+    std::fs::write(
+        &tmp,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: late-arrival\n  namespace: shop\ndata:\n  a: b\n",
+    )
+    .unwrap();
+    std::fs::rename(&tmp, demo.path("manifests/late.yaml")).unwrap();
+    // event-log gets the same add at the same moment as spin.
+    host.wait_for("added ConfigMap shop/late-arrival", 30);
+    // spin's worker was woken together with event-log's; give it ample
+    // time to enter the call (which then runs until its deadline).
+    std::thread::sleep(Duration::from_secs(1));
+    (demo, host)
+}
+
+#[test]
+fn sigterm_lets_the_in_flight_call_finish() {
+    let (_demo, host) = spinning_demo("3s", &[]);
+    let t = Instant::now();
+    let (code, log) = host.terminate();
+    let took = t.elapsed();
+    assert_eq!(code, Some(0), "{log}");
+    // The call ran until its deadline, within the grace period.
+    assert!(log.contains("all informers stopped in"), "{log}");
+    assert!(!log.contains("grace period"), "{log}");
+    assert!(log.contains("deadline"), "the spinning call should end at its deadline:\n{log}");
+    assert!(took >= Duration::from_millis(1500), "exited after {took:?}, before the in-flight call ended:\n{log}");
+}
+
+#[test]
+fn sigterm_gives_up_on_a_call_after_the_grace_period() {
+    // The same scenario with a grace period shorter than the call's deadline.
+    let (_demo, host) = spinning_demo("8s", &["--shutdown-grace", "300ms"]);
+    let t = Instant::now();
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("grace period of 300ms elapsed"), "{log}");
+    // Waiting for the call would take about 7 s more.
+    assert!(t.elapsed() < Duration::from_secs(4), "took {:?}:\n{log}", t.elapsed());
+}
+
+// ---------------------------------------------------------------------------
+// kube source, against a minimal API server on a loopback port
+
+/// Serves a ConfigMap list of `shop` and, on the first watch, one MODIFIED
+/// event; later watches stay open without events. Records request targets.
+struct FakeApiServer {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeApiServer {
+    fn start() -> FakeApiServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let seen = seen.clone();
+                let watches = watches.clone();
+                std::thread::spawn(move || serve_fake(conn, &seen, &watches));
+            }
+        });
+        FakeApiServer { addr, requests }
+    }
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn serve_fake(mut conn: TcpStream, seen: &Mutex<Vec<String>>, watches: &std::sync::atomic::AtomicUsize) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if conn.read(&mut byte).unwrap_or(0) == 0 {
+            return;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
+    seen.lock().unwrap().push(target.clone());
+    if !target.starts_with("/api/v1/namespaces/shop/configmaps") {
+        let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"not found","reason":"NotFound","code":404}"#;
+        let _ = write!(
+            conn,
+            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return;
+    }
+    if target.contains("watch=true") || target.contains("watch=1") {
+        let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n");
+        if watches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            let event = r#"{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"web-config","namespace":"shop","resourceVersion":"11","labels":{"app":"web"}},"data":{"CACHE_TTL":"60s"}}}"#;
+            let _ = writeln!(conn, "{event}");
+            let _ = conn.flush();
+        }
+        // Hold the watch open; the host closes it at shutdown.
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[
+        {"metadata":{"name":"web-config","namespace":"shop","resourceVersion":"8","labels":{"app":"web"}},"data":{"CACHE_TTL":"30s"}},
+        {"metadata":{"name":"flags","namespace":"shop","resourceVersion":"9","labels":{"app":"web"}},"data":{}}]}"#;
+    let _ = write!(
+        conn,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+#[test]
+fn run_a_kube_informer_through_a_kubeconfig_context() {
+    let server = FakeApiServer::start();
+    let event_log = plugin_build::plugin_path("event-log");
+    let dir = tempfile::tempdir().unwrap();
+    // The current context points nowhere; --context picks the right one.
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: elsewhere\n\
+             clusters:\n- name: nowhere\n  cluster:\n    server: http://127.0.0.1:1\n\
+             - name: fake\n  cluster:\n    server: http://{}\n\
+             contexts:\n- name: elsewhere\n  context:\n    cluster: nowhere\n    user: nobody\n\
+             - name: test\n  context:\n    cluster: fake\n    user: nobody\n\
+             users:\n- name: nobody\n  user: {{}}\n",
+            server.addr
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("host.toml"),
+        format!(
+            "[host]\ncache_dir = \"cache\"\n\n[[informer]]\nname = \"configmaps\"\nsource = \"kube\"\n\
+             api_version = \"v1\"\nkind = \"ConfigMap\"\nnamespace = \"shop\"\nlabel_selector = \"app=web\"\n\n\
+             [[plugin]]\nname = \"event-log\"\nwasm = {:?}\ninformer = \"configmaps\"\ngrants = [\"log\"]\n",
+            event_log.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut host = Running::start(
+        dir.path(),
+        &["--config", "host.toml", "--kubeconfig", "kubeconfig", "--context", "test", "--metrics-addr", "127.0.0.1:0"],
+    );
+    let addr = host.admin_addr();
+    let log = host.wait_for("ready in", 60);
+    for want in [
+        "informer{name=configmaps}: source: v1/ConfigMap in namespace shop, labels \"app=web\"",
+        "listed 2 objects, synced in",
+        "added ConfigMap shop/web-config at rv 8 (initial list)",
+        "added ConfigMap shop/flags at rv 9 (initial list)",
+    ] {
+        assert!(log.contains(want), "missing {want:?} in:\n{log}");
+    }
+    host.wait_for("updated ConfigMap shop/web-config rv 8 -> 11", 30);
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = http_get(addr, "/metrics");
+    assert!(metrics.contains("informer_host_informer_resource_version{informer=\"configmaps\"} 11"), "{metrics}");
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    let requests = server.requests();
+    assert!(requests.iter().all(|r| r.starts_with("/api/v1/namespaces/shop/configmaps?")), "{requests:?}");
+    assert!(requests.iter().all(|r| r.contains("labelSelector=app%3Dweb")), "{requests:?}");
+}
+
+#[test]
+fn run_names_the_informer_when_the_kubeconfig_is_unusable() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("host.toml"),
+        "[[informer]]\nname = \"pods\"\nsource = \"kube\"\nversion = \"v1\"\nkind = \"Pod\"\n",
+    )
+    .unwrap();
+    let out = host()
+        .args(["run", "--config", "host.toml", "--kubeconfig", "missing-kubeconfig"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("host.toml:2:8: informer \"pods\": cannot open its kube source"), "{stderr}");
+    assert!(stderr.contains("missing-kubeconfig"), "{stderr}");
+}

@@ -3,7 +3,15 @@
 //!
 //! - [`informer`]: the engine (client-go's SharedIndexInformer), no wasm.
 //! - [`source`]: where objects come from (memory, manifests, kube).
+//! - [`plugin`]: the wasm runtime that runs each handler in a sandbox.
+//! - [`config`], [`app`], [`metrics`], [`admin`]: the `informer-host` program.
 
+pub mod admin;
+pub mod admin_api;
+pub mod app;
+pub mod config;
 pub mod informer;
+pub mod metrics;
 pub mod plugin;
+pub mod registry;
 pub mod source;

@@ -143,7 +143,8 @@ impl PluginRegistry {
         if self.plugins.lock().contains_key(&name) {
             return Err(RegistryError::AlreadyLoaded(name));
         }
-        let informer = self.informer(&def.informer).ok_or_else(|| RegistryError::UnknownInformer(def.informer.clone()))?;
+        let informer =
+            self.informer(&def.informer).ok_or_else(|| RegistryError::UnknownInformer(def.informer.clone()))?;
         let loaded = Arc::new(self.runtime.load(def.spec.clone())?);
         let mut handler = loaded.handler(Some(Self::cache_view(&def, &informer)))?;
         let slot = handler.swap_slot();
@@ -174,7 +175,10 @@ impl PluginRegistry {
                     spec.wasm = path;
                     self.runtime.load(spec.clone())?
                 }
-                WasmSource::Bytes(bytes) => self.runtime.load_bytes(spec.clone(), &bytes)?,
+                WasmSource::Bytes(bytes) => {
+                    spec.wasm = PathBuf::from("(uploaded component)");
+                    self.runtime.load_bytes(spec.clone(), &bytes)?
+                }
             };
             let handler = loaded.handler(Some(Self::cache_view(&def, &informer)))?;
             Ok::<_, PluginError>((Arc::new(loaded), handler))

@@ -60,7 +60,7 @@ pub type Deltas = Vec<Delta>;
 /// What a pop hands to the process function.
 #[derive(Debug)]
 pub struct Popped {
-    pub key: Box<str>,
+    pub key: Arc<str>,
     pub deltas: Deltas,
     /// True while this pop belongs to the first list (client-go's
     /// `isInInitialList`).
@@ -80,6 +80,8 @@ pub trait Queue: Send + Sync {
     fn resync(&self);
     /// Waits for the next key; `None` once closed.
     fn pop(&self) -> impl std::future::Future<Output = Option<Popped>> + Send;
+    /// The next key if one is queued, without waiting.
+    fn try_pop(&self) -> Option<Popped>;
     /// Marks a popped item processed (so `has_synced` can flip).
     fn done(&self, popped_was_initial: bool);
     fn has_synced(&self) -> bool;
@@ -88,8 +90,8 @@ pub trait Queue: Send + Sync {
 
 #[derive(Default)]
 struct State {
-    items: HashMap<Box<str>, Deltas>,
-    queue: VecDeque<Box<str>>,
+    items: HashMap<Arc<str>, Deltas>,
+    queue: VecDeque<Arc<str>>,
     populated: bool,
     /// Items of the first replace not yet processed.
     initial_population_count: usize,
@@ -119,17 +121,20 @@ impl DeltaFifo {
     }
 
     fn queue_action(&self, st: &mut State, kind: DeltaType, object: DeltaObject) {
-        let key: Box<str> = match &object {
-            DeltaObject::Object(o) => o.key().into(),
-            DeltaObject::Tombstone(t) => t.key().into(),
+        let key = match &object {
+            DeltaObject::Object(o) => o.key(),
+            DeltaObject::Tombstone(t) => t.key(),
         };
-        let is_new = !st.items.contains_key(&key);
-        let deltas = st.items.entry(key.clone()).or_default();
-        deltas.push(Delta { kind, object });
-        dedup_deltas(deltas);
-        if is_new {
-            st.queue.push_back(key);
+        if let Some(deltas) = st.items.get_mut(key) {
+            deltas.push(Delta { kind, object });
+            dedup_deltas(deltas);
+            return;
         }
+        // A key's first delta: it joins the end of the queue (and wakes a
+        // waiting pop; later deltas of a queued key cannot be waited for).
+        let key: Arc<str> = key.into();
+        st.items.insert(key.clone(), vec![Delta { kind, object }]);
+        st.queue.push_back(key);
         self.notify.notify_one();
     }
 
@@ -167,6 +172,19 @@ fn dedup_deltas(deltas: &mut Deltas) {
     }
 }
 
+fn pop_locked(st: &mut State) -> Option<Popped> {
+    while let Some(key) = st.queue.pop_front() {
+        let is_in_initial_list = !(st.populated && st.initial_population_count == 0);
+        if let Some(deltas) = st.items.remove(&key) {
+            return Some(Popped { key, deltas, is_in_initial_list });
+        }
+        if st.initial_population_count > 0 {
+            st.initial_population_count -= 1;
+        }
+    }
+    None
+}
+
 impl Queue for DeltaFifo {
     fn add(&self, obj: ObjectRef) {
         let obj = self.transformed(obj);
@@ -183,14 +201,15 @@ impl Queue for DeltaFifo {
     }
 
     fn delete(&self, obj: ObjectRef) {
-        let obj = self.transformed(obj);
         let mut st = self.state.lock();
         st.populated = true;
         // A delete of a key that is neither cached nor queued was already
-        // reported (presumably by a relist): do not report it twice.
+        // reported (presumably by a relist): do not report it twice. Like
+        // client-go, this is decided before the transform runs.
         if !self.known_objects.contains(obj.key()) && !st.items.contains_key(obj.key()) {
             return;
         }
+        let obj = self.transformed(obj);
         self.queue_action(&mut st, DeltaType::Deleted, DeltaObject::Object(obj));
     }
 
@@ -206,8 +225,8 @@ impl Queue for DeltaFifo {
         let queued_missing: Vec<(Box<str>, ObjectRef)> = st
             .items
             .iter()
-            .filter(|(k, _)| !keys.contains(*k))
-            .filter_map(|(k, d)| d.last().map(|d| (k.clone(), d.object.object().clone())))
+            .filter(|(k, _)| !keys.contains(&***k))
+            .filter_map(|(k, d)| d.last().map(|d| (Box::from(&**k), d.object.object().clone())))
             .collect();
         let mut queued_deletions = 0;
         for (key, obj) in queued_missing {
@@ -216,11 +235,11 @@ impl Queue for DeltaFifo {
             self.queue_action(&mut st, DeltaType::Deleted, DeltaObject::Tombstone(t));
         }
         // Cached keys missing from the new list and not queued.
-        for key in self.known_objects.list_keys() {
-            if keys.contains(key.as_str()) || st.items.get(key.as_str()).is_some_and(|d| !d.is_empty()) {
+        for obj in self.known_objects.list() {
+            let key = obj.key();
+            if keys.contains(key) || st.items.get(key).is_some_and(|d| !d.is_empty()) {
                 continue;
             }
-            let Some(obj) = self.known_objects.get(&key) else { continue };
             queued_deletions += 1;
             let t = DeletedObject::FinalStateUnknown { key: key.into(), obj };
             self.queue_action(&mut st, DeltaType::Deleted, DeltaObject::Tombstone(t));
@@ -233,15 +252,13 @@ impl Queue for DeltaFifo {
 
     fn resync(&self) {
         let mut st = self.state.lock();
-        for key in self.known_objects.list_keys() {
+        for obj in self.known_objects.list() {
             // A queued delta would be newer than the cache: resyncing with the
             // cached state would go back in time.
-            if st.items.get(key.as_str()).is_some_and(|d| !d.is_empty()) {
+            if st.items.get(obj.key()).is_some_and(|d| !d.is_empty()) {
                 continue;
             }
-            if let Some(obj) = self.known_objects.get(&key) {
-                self.queue_action(&mut st, DeltaType::Sync, DeltaObject::Object(obj));
-            }
+            self.queue_action(&mut st, DeltaType::Sync, DeltaObject::Object(obj));
         }
     }
 
@@ -250,14 +267,8 @@ impl Queue for DeltaFifo {
             let notified = self.notify.notified();
             {
                 let mut st = self.state.lock();
-                while let Some(key) = st.queue.pop_front() {
-                    let is_in_initial_list = !(st.populated && st.initial_population_count == 0);
-                    if let Some(deltas) = st.items.remove(&key) {
-                        return Some(Popped { key, deltas, is_in_initial_list });
-                    }
-                    if st.initial_population_count > 0 {
-                        st.initial_population_count -= 1;
-                    }
+                if let Some(p) = pop_locked(&mut st) {
+                    return Some(p);
                 }
                 if st.closed {
                     return None;
@@ -265,6 +276,10 @@ impl Queue for DeltaFifo {
             }
             notified.await;
         }
+    }
+
+    fn try_pop(&self) -> Option<Popped> {
+        pop_locked(&mut self.state.lock())
     }
 
     fn done(&self, popped_was_initial: bool) {

@@ -1,10 +1,13 @@
 //! client-go's `processorListener`: one handler's buffer and delivery loop.
 //!
 //! This module owns what happens between `distribute` and a handler call:
-//! the per-handler growable buffer (so a slow handler never blocks the
-//! informer or another handler), sequential delivery, panic-skip (skip the
-//! item, wait one second, go on), the initial-list sync tracker, and the
-//! listener's resync bookkeeping. It may not touch the store or the FIFO.
+//! the handler's buffer, sequential delivery, panic-skip (skip the item,
+//! wait one second, go on), the initial-list sync tracker, and the
+//! listener's resync bookkeeping. The buffer is the part of the processor's
+//! shared notification log after this listener's cursor, plus a private
+//! queue for the cache copy a late joiner receives: it grows without bound
+//! and is read at this handler's own pace, so a slow handler never blocks
+//! the informer or another handler. It may not touch the store or the FIFO.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,12 +19,13 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::handler::{Delivery, HandlerError, Notification, ResourceEventHandler};
+use super::notification_log::{Cursor, Log};
 
 /// How long a listener waits after a crashed notification (client-go's
 /// `wait.Until(..., 1*time.Second, ...)`).
 pub const CRASH_BACKOFF: Duration = Duration::from_secs(1);
 
-/// Most notifications handed to a handler per wake-up.
+/// Most notifications handed to a handler before the delivery task yields.
 const MAX_BATCH: usize = 256;
 
 /// Counters a listener keeps; read them through a [`Registration`].
@@ -35,11 +39,6 @@ pub struct ListenerStats {
     pub crashed: AtomicU64,
 }
 
-struct Buffer {
-    queue: VecDeque<Notification>,
-    closed: bool,
-}
-
 struct Resync {
     requested: Duration,
     period: Duration,
@@ -48,21 +47,44 @@ struct Resync {
 
 pub(crate) type SyncedFn = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// What one round of delivery ended with.
+enum Round {
+    /// Caught up: wait for more.
+    Idle,
+    /// Delivered a batch; more may be waiting.
+    More,
+    /// The handler crashed on a notification, which was skipped.
+    Crashed {
+        key: String,
+        kind: &'static str,
+        msg: String,
+    },
+    Closed,
+}
+
 /// One registered handler inside a `SharedProcessor`.
 pub struct ProcessorListener {
     id: u64,
     name: String,
-    buffer: Mutex<Buffer>,
+    log: Arc<Log>,
+    /// Notifications for this listener only (a late joiner's copy of the
+    /// cache); delivered before anything from the log.
+    private: Mutex<VecDeque<Notification>>,
+    /// This listener's place in the log, from the moment it was attached;
+    /// the delivery task takes it.
+    cursor: Mutex<Option<Cursor>>,
+    /// Log entries before this sequence number were handled or skipped.
+    consumed: AtomicU64,
     wake: Notify,
     resync: Mutex<Resync>,
-    /// Initial-list adds queued but not yet handled (client-go's
-    /// `SingleFileTracker`).
-    initial_pending: AtomicUsize,
+    /// Private initial-list adds not yet handled (with `consumed` and the
+    /// log's `initial_end`, client-go's `SingleFileTracker`).
+    private_initial: AtomicUsize,
     upstream_synced: SyncedFn,
     stats: ListenerStats,
     handler: Mutex<Option<Box<dyn ResourceEventHandler>>>,
     blocking: Arc<Semaphore>,
-    stopped: AtomicBool,
+    closed: AtomicBool,
 }
 
 impl ProcessorListener {
@@ -76,23 +98,27 @@ impl ProcessorListener {
         now: Instant,
         upstream_synced: SyncedFn,
         blocking: Arc<Semaphore>,
+        log: Arc<Log>,
     ) -> Arc<Self> {
         Arc::new(ProcessorListener {
             id,
             name,
-            buffer: Mutex::new(Buffer { queue: VecDeque::new(), closed: false }),
+            log,
+            private: Mutex::new(VecDeque::new()),
+            cursor: Mutex::new(None),
+            consumed: AtomicU64::new(0),
             wake: Notify::new(),
             resync: Mutex::new(Resync {
                 requested: requested_resync,
                 period: resync_period,
                 next: now + resync_period,
             }),
-            initial_pending: AtomicUsize::new(0),
+            private_initial: AtomicUsize::new(0),
             upstream_synced,
             stats: ListenerStats::default(),
             handler: Mutex::new(Some(handler)),
             blocking,
-            stopped: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -105,75 +131,68 @@ impl ProcessorListener {
     pub fn stats(&self) -> &ListenerStats {
         &self.stats
     }
-    /// Notifications buffered and not yet handed to the handler.
+    /// Notifications waiting for this handler. Sync notifications of a
+    /// resync round this handler is not in count until it skips them.
     pub fn pending(&self) -> usize {
-        self.buffer.lock().queue.len()
+        if self.is_closed() {
+            return 0;
+        }
+        let private = self.private.lock().len();
+        let consumed = self.consumed.load(Ordering::Acquire);
+        private + self.log.appended().saturating_sub(consumed) as usize
     }
 
     /// True once the informer synced and every initial-list add queued for
     /// this handler was handled (or skipped after a crash).
     pub fn has_synced(&self) -> bool {
-        (self.upstream_synced)() && self.initial_pending.load(Ordering::Acquire) == 0
+        (self.upstream_synced)()
+            && self.private_initial.load(Ordering::Acquire) == 0
+            && self.consumed.load(Ordering::Acquire) >= self.log.initial_end()
     }
 
-    /// Queues a notification; never blocks.
-    pub(crate) fn add(&self, n: Notification) {
-        if n.is_initial() {
-            self.initial_pending.fetch_add(1, Ordering::AcqRel);
-        }
-        let mut b = self.buffer.lock();
-        if b.closed {
+    /// Starts reading the log from its current end. Called once, by the
+    /// processor, when the listener is added.
+    pub(crate) fn attach(&self, cursor: Cursor) {
+        self.consumed.store(cursor.seq(), Ordering::Release);
+        *self.cursor.lock() = Some(cursor);
+    }
+
+    /// Queues notifications for this listener only; never blocks.
+    pub(crate) fn add_private(&self, notifications: impl IntoIterator<Item = Notification>) {
+        if self.is_closed() {
             return;
         }
-        let was_empty = b.queue.is_empty();
-        b.queue.push_back(n);
-        drop(b);
-        if was_empty {
-            self.wake.notify_one();
+        let mut q = self.private.lock();
+        for n in notifications {
+            if n.is_initial() {
+                self.private_initial.fetch_add(1, Ordering::AcqRel);
+            }
+            q.push_back(n);
         }
+        drop(q);
+        self.wake.notify_one();
     }
 
-    /// Stops delivery and drops the buffer.
+    /// Tells the delivery task that the log grew.
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Stops delivery and drops the buffer (the private queue and this
+    /// listener's hold on the log).
     pub(crate) fn close(&self) {
-        let mut b = self.buffer.lock();
-        b.closed = true;
-        b.queue = VecDeque::new();
-        drop(b);
-        self.stopped.store(true, Ordering::Release);
+        self.closed.store(true, Ordering::Release);
+        *self.private.lock() = VecDeque::new();
+        *self.cursor.lock() = None;
         self.wake.notify_one();
     }
 
     fn is_closed(&self) -> bool {
-        self.stopped.load(Ordering::Acquire)
-    }
-
-    async fn next_batch(&self) -> Option<VecDeque<Notification>> {
-        loop {
-            let notified = self.wake.notified();
-            {
-                let mut b = self.buffer.lock();
-                if b.closed {
-                    return None;
-                }
-                if !b.queue.is_empty() {
-                    let n = b.queue.len().min(MAX_BATCH);
-                    if n == b.queue.len() {
-                        return Some(std::mem::take(&mut b.queue));
-                    }
-                    return Some(b.queue.drain(..n).collect());
-                }
-            }
-            notified.await;
-        }
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Records the outcome of one call; returns the crash message if any.
     fn record(&self, n: &Notification, r: Result<(), HandlerError>) -> Option<String> {
-        if n.is_initial() {
-            // Deliberate difference from client-go: a crashed initial add
-            // still counts as handled, so `has_synced` cannot hang forever.
-            self.initial_pending.fetch_sub(1, Ordering::AcqRel);
-        }
         match r {
             Ok(()) => {
                 self.stats.delivered.fetch_add(1, Ordering::Relaxed);
@@ -191,65 +210,104 @@ impl ProcessorListener {
         }
     }
 
-    /// Delivers from `batch` until it is empty or a call crashes.
-    fn deliver_until_crash(
-        &self,
-        handler: &mut dyn ResourceEventHandler,
-        batch: &mut VecDeque<Notification>,
-    ) -> Option<(Notification, String)> {
-        while let Some(n) = batch.pop_front() {
+    fn crashed(n: &Notification, msg: String) -> Round {
+        Round::Crashed { key: n.key().to_string(), kind: n.kind(), msg }
+    }
+
+    /// Delivers up to `MAX_BATCH` notifications: the private queue first,
+    /// then the log. Stops early when caught up or when a call crashes.
+    fn deliver_batch(&self, handler: &mut dyn ResourceEventHandler, cursor: &mut Cursor) -> Round {
+        let mut delivered = 0;
+        while delivered < MAX_BATCH {
+            let Some(n) = self.private.lock().pop_front() else { break };
             if self.is_closed() {
-                batch.clear();
-                return None;
+                return Round::Closed;
             }
             let r = handler.deliver(&n);
-            if let Some(msg) = self.record(&n, r) {
-                return Some((n, msg));
+            if n.is_initial() {
+                // Deliberate difference from client-go: a crashed initial
+                // add still counts as handled, so `has_synced` cannot hang.
+                self.private_initial.fetch_sub(1, Ordering::AcqRel);
             }
+            if let Some(msg) = self.record(&n, r) {
+                return Self::crashed(&n, msg);
+            }
+            delivered += 1;
         }
-        None
+        while delivered < MAX_BATCH {
+            if self.is_closed() {
+                return Round::Closed;
+            }
+            let Some((seq, entry)) = cursor.next() else { return Round::Idle };
+            if !entry.is_for(self.id) {
+                self.consumed.store(seq + 1, Ordering::Release);
+                continue;
+            }
+            let n = &entry.notification;
+            let r = handler.deliver(n);
+            // Handled or skipped (a crashed initial add counts as handled,
+            // as above).
+            self.consumed.store(seq + 1, Ordering::Release);
+            if let Some(msg) = self.record(n, r) {
+                return Self::crashed(n, msg);
+            }
+            delivered += 1;
+        }
+        Round::More
     }
 
     /// The delivery loop (client-go's `pop` and `run` together). Returns
     /// when the listener is closed.
     pub(crate) async fn run(self: Arc<Self>) {
         let Some(mut handler) = self.handler.lock().take() else { return };
+        let Some(mut cursor) = self.cursor.lock().take() else { return };
         let mode = handler.delivery();
-        while let Some(mut batch) = self.next_batch().await {
-            while !batch.is_empty() {
-                let crash = match mode {
-                    Delivery::Inline => self.deliver_until_crash(handler.as_mut(), &mut batch),
-                    Delivery::Blocking => {
-                        let Ok(_permit) = self.blocking.clone().acquire_owned().await else { return };
-                        let me = self.clone();
-                        let joined = tokio::task::spawn_blocking(move || {
-                            let crash = me.deliver_until_crash(handler.as_mut(), &mut batch);
-                            (handler, batch, crash)
-                        })
-                        .await;
-                        match joined {
-                            Ok((h, b, crash)) => {
-                                handler = h;
-                                batch = b;
-                                crash
-                            }
-                            Err(e) => {
-                                tracing::error!(handler = %self.name, "delivery worker failed: {e}");
-                                return;
-                            }
+        loop {
+            let round = match mode {
+                Delivery::Inline => self.deliver_batch(handler.as_mut(), &mut cursor),
+                Delivery::Blocking => {
+                    let Ok(_permit) = self.blocking.clone().acquire_owned().await else { return };
+                    let me = self.clone();
+                    let joined = tokio::task::spawn_blocking(move || {
+                        let round = me.deliver_batch(handler.as_mut(), &mut cursor);
+                        (handler, cursor, round)
+                    })
+                    .await;
+                    match joined {
+                        Ok((h, c, round)) => {
+                            handler = h;
+                            cursor = c;
+                            round
+                        }
+                        Err(e) => {
+                            tracing::error!(handler = %self.name, "delivery worker failed: {e}");
+                            return;
                         }
                     }
-                };
-                if let Some((n, msg)) = crash {
+                }
+            };
+            match round {
+                Round::Closed => return,
+                Round::More => tokio::task::yield_now().await,
+                Round::Idle => {
+                    let notified = self.wake.notified();
+                    if self.is_closed() {
+                        return;
+                    }
+                    if !cursor.has_next() && self.private.lock().is_empty() {
+                        notified.await;
+                    }
+                }
+                Round::Crashed { key, kind, msg } => {
                     tracing::error!(
-                        handler = %self.name, key = n.key(), kind = n.kind(),
+                        handler = %self.name, key = %key, kind,
                         "handler crashed, notification skipped; resuming in 1s: {msg}"
                     );
                     tokio::time::sleep(CRASH_BACKOFF).await;
                 }
-                if self.is_closed() {
-                    return;
-                }
+            }
+            if self.is_closed() {
+                return;
             }
         }
     }

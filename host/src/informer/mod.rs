@@ -9,6 +9,7 @@ mod delta_fifo;
 mod handler;
 mod listener;
 mod lister_watcher;
+mod notification_log;
 mod object;
 mod processor;
 mod reflector;

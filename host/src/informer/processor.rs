@@ -1,19 +1,24 @@
 //! client-go's `sharedProcessor`: the set of listeners of one informer.
 //!
-//! This module owns fan-out: `distribute` hands a notification to every
-//! listener (sync notifications only to listeners due for resync), it
-//! starts and stops listener tasks, and it keeps the resync bookkeeping
-//! across listeners. It may not touch the store, the FIFO or a handler.
+//! This module owns fan-out: `distribute` appends a notification once to
+//! the shared notification log every listener reads (sync notifications
+//! carry the resync round, so only listeners due for resync take them),
+//! `flush` wakes the listeners, it starts and stops listener tasks, and it
+//! keeps the resync bookkeeping across listeners. It may not touch the
+//! store, the FIFO or a handler.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::handler::Notification;
 use super::listener::ProcessorListener;
+use super::notification_log::{self, Log, SyncRound};
 
 /// client-go's `minimumResyncPeriod`.
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -45,13 +50,27 @@ struct Entry {
 #[derive(Default)]
 struct Listeners {
     entries: Vec<Entry>,
-    started: bool,
+    /// The listeners with `syncing` set, as sync notifications carry it.
+    round: Arc<SyncRound>,
+    /// The runtime `run` was called on, while started: listeners added
+    /// later (from any thread) are spawned there.
+    runtime: Option<Handle>,
+}
+
+impl Listeners {
+    fn new_round(&mut self) {
+        let ids = self.entries.iter().filter(|e| e.syncing).map(|e| e.listener.id()).collect();
+        self.round = Arc::new(SyncRound::new(ids));
+    }
 }
 
 /// Fans notifications out to listeners.
 #[derive(Default)]
 pub struct SharedProcessor {
     listeners: RwLock<Listeners>,
+    log: Arc<Log>,
+    /// Log length at the last `flush`.
+    flushed: AtomicU64,
     tasks: TaskTracker,
 }
 
@@ -60,43 +79,65 @@ impl SharedProcessor {
         Self::default()
     }
 
-    pub(crate) fn add_listener(&self, listener: Arc<ProcessorListener>) {
-        let mut l = self.listeners.write();
-        if l.started {
-            self.tasks.spawn(listener.clone().run());
-        }
-        l.entries.push(Entry { listener, syncing: true });
+    /// The log new listeners are created over.
+    pub(crate) fn log(&self) -> Arc<Log> {
+        self.log.clone()
     }
 
-    /// Removes and stops a listener; its buffer is dropped. Unknown ids are
-    /// ignored, like client-go.
-    pub(crate) fn remove_listener(&self, id: u64) -> bool {
+    /// Adds a listener; it receives what is distributed from now on.
+    pub(crate) fn add_listener(&self, listener: Arc<ProcessorListener>) {
         let mut l = self.listeners.write();
-        let Some(pos) = l.entries.iter().position(|e| e.listener.id() == id) else { return false };
+        listener.attach(self.log.cursor());
+        if let Some(runtime) = &l.runtime {
+            self.tasks.spawn_on(listener.clone().run(), runtime);
+        }
+        l.entries.push(Entry { listener, syncing: true });
+        l.new_round();
+    }
+
+    /// Removes and stops a listener; its buffer is dropped. Listeners of
+    /// another processor (or already removed) are ignored, like client-go.
+    pub(crate) fn remove_listener(&self, listener: &Arc<ProcessorListener>) -> bool {
+        let mut l = self.listeners.write();
+        let Some(pos) = l.entries.iter().position(|e| Arc::ptr_eq(&e.listener, listener)) else { return false };
         let e = l.entries.remove(pos);
+        l.new_round();
         e.listener.close();
         true
     }
 
+    /// Hands `n` to every listener, or with `sync` to the listeners of the
+    /// current resync round. Listeners are woken by the next [`flush`].
+    ///
+    /// [`flush`]: SharedProcessor::flush
     pub(crate) fn distribute(&self, n: Notification, sync: bool) {
         let l = self.listeners.read();
-        let mut targets = l.entries.iter().filter(|e| !sync || e.syncing).peekable();
-        while let Some(e) = targets.next() {
-            if targets.peek().is_none() {
-                e.listener.add(n);
-                return;
-            }
-            e.listener.add(n.clone());
+        if l.entries.is_empty() {
+            return;
+        }
+        let round = sync.then(|| l.round.clone());
+        self.log.append(notification_log::Entry { notification: n, round });
+    }
+
+    /// Wakes the listeners if anything was distributed since the last call.
+    pub(crate) fn flush(&self) {
+        let appended = self.log.appended();
+        if self.flushed.swap(appended, Ordering::AcqRel) == appended {
+            return;
+        }
+        for e in &self.listeners.read().entries {
+            e.listener.wake();
         }
     }
 
-    /// Starts every listener's delivery task.
+    /// Starts every listener's delivery task on the current runtime.
     pub(crate) fn run(&self) {
         let mut l = self.listeners.write();
+        let runtime = Handle::current();
         for e in &l.entries {
-            self.tasks.spawn(e.listener.clone().run());
+            self.tasks.spawn_on(e.listener.clone().run(), &runtime);
         }
-        l.started = true;
+        l.runtime = Some(runtime);
     }
 
     /// Stops every listener and waits for their tasks to return.
@@ -106,7 +147,8 @@ impl SharedProcessor {
             for e in l.entries.drain(..) {
                 e.listener.close();
             }
-            l.started = false;
+            l.new_round();
+            l.runtime = None;
         }
         self.tasks.close();
         self.tasks.wait().await;
@@ -124,6 +166,7 @@ impl SharedProcessor {
                 e.listener.determine_next_resync(now);
             }
         }
+        l.new_round();
         any
     }
 

@@ -39,7 +39,9 @@ enum Next {
 impl<Q: Queue + 'static> Reflector<Q> {
     fn set_rv(&self, rv: Option<&str>) {
         if let Some(rv) = rv.filter(|rv| !rv.is_empty()) {
-            *self.last_sync_resource_version.lock() = rv.to_string();
+            let mut last = self.last_sync_resource_version.lock();
+            last.clear();
+            last.push_str(rv);
         }
     }
 
@@ -96,6 +98,8 @@ impl<Q: Queue + 'static> Reflector<Q> {
                         events += 1;
                         backoff.reset();
                         self.apply(ev);
+                        // A stream that is always ready must not hog its thread.
+                        tokio::task::coop::consume_budget().await;
                     }
                     Err(e) => return self.failed(&e),
                 }

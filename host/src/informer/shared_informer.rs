@@ -24,6 +24,9 @@ use super::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_
 use super::reflector::{Reflector, WatchErrorHandler};
 use super::store::{IndexError, IndexFunc, Indexer};
 
+/// Keys handled between two wake-ups of the listeners while the FIFO is busy.
+const FLUSH_EVERY: usize = 256;
+
 /// Why an informer call was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum InformerError {
@@ -240,6 +243,7 @@ impl SharedIndexInformer {
             tokio::time::Instant::now(),
             upstream,
             inner.blocking.clone(),
+            inner.processor.log(),
         );
         if !st.started {
             inner.processor.add_listener(listener.clone());
@@ -250,9 +254,9 @@ impl SharedIndexInformer {
         let _block = inner.block_deltas.lock();
         drop(st);
         inner.processor.add_listener(listener.clone());
-        for obj in inner.indexer.list() {
-            listener.add(Notification::Add { obj, is_in_initial_list: true });
-        }
+        listener.add_private(
+            inner.indexer.list().into_iter().map(|obj| Notification::Add { obj, is_in_initial_list: true }),
+        );
         Ok(Registration { listener })
     }
 
@@ -260,7 +264,7 @@ impl SharedIndexInformer {
     pub fn remove_event_handler(&self, reg: &Registration) -> Result<(), InformerError> {
         let _st = self.inner.state.lock();
         let _block = self.inner.block_deltas.lock();
-        self.inner.processor.remove_listener(reg.id());
+        self.inner.processor.remove_listener(&reg.listener);
         Ok(())
     }
 
@@ -320,14 +324,35 @@ impl SharedIndexInformer {
                 fifo.close();
             });
         }
-        while let Some(popped) = fifo.pop().await {
+        // Listeners are woken in bursts: before waiting for the FIFO, and
+        // every `FLUSH_EVERY` keys while it stays busy.
+        let mut since_flush = 0;
+        loop {
+            let popped = match fifo.try_pop() {
+                Some(p) => p,
+                None => {
+                    inner.processor.flush();
+                    since_flush = 0;
+                    match fifo.pop().await {
+                        Some(p) => p,
+                        None => break,
+                    }
+                }
+            };
             if cancel.is_cancelled() {
                 break;
             }
             let initial = popped.is_in_initial_list;
             self.handle_deltas(popped);
             fifo.done(initial);
+            since_flush += 1;
+            if since_flush == FLUSH_EVERY {
+                inner.processor.flush();
+                since_flush = 0;
+            }
+            tokio::task::coop::consume_budget().await;
         }
+        inner.processor.flush();
         let _ = reflector.await;
         if let Some(r) = resync {
             let _ = r.await;

@@ -91,11 +91,16 @@ impl Indexer {
 
     /// Inserts or replaces the object under its key; returns the old version.
     pub fn add(&self, obj: ObjectRef) -> Option<ObjectRef> {
-        let mut inner = self.inner.write();
-        let key: Box<str> = obj.key().into();
-        let old = inner.items.insert(key.clone(), obj.clone());
-        inner.reindex(&key, old.as_ref(), Some(&obj));
-        old
+        let mut guard = self.inner.write();
+        let Inner { items, indexers, indices } = &mut *guard;
+        if let Some(slot) = items.get_mut(obj.key()) {
+            let old = std::mem::replace(slot, obj.clone());
+            reindex(indexers, indices, obj.key(), Some(&old), Some(&obj));
+            return Some(old);
+        }
+        reindex(indexers, indices, obj.key(), None, Some(&obj));
+        items.insert(obj.key().into(), obj);
+        None
     }
 
     /// Same as [`Indexer::add`]; kept for client-go's vocabulary.
@@ -105,25 +110,26 @@ impl Indexer {
 
     /// Removes the key; returns what was stored.
     pub fn delete(&self, key: &str) -> Option<ObjectRef> {
-        let mut inner = self.inner.write();
-        let old = inner.items.remove(key);
+        let mut guard = self.inner.write();
+        let Inner { items, indexers, indices } = &mut *guard;
+        let old = items.remove(key);
         if let Some(o) = &old {
-            inner.reindex(key, Some(o), None);
+            reindex(indexers, indices, key, Some(o), None);
         }
         old
     }
 
     /// Replaces the whole content (used by tests and relist bookkeeping).
     pub fn replace(&self, objs: Vec<ObjectRef>) {
-        let mut inner = self.inner.write();
-        inner.items.clear();
-        for index in inner.indices.values_mut() {
+        let mut guard = self.inner.write();
+        let Inner { items, indexers, indices } = &mut *guard;
+        items.clear();
+        for index in indices.values_mut() {
             index.clear();
         }
         for obj in objs {
-            let key: Box<str> = obj.key().into();
-            inner.reindex(&key, None, Some(&obj));
-            inner.items.insert(key, obj);
+            reindex(indexers, indices, obj.key(), None, Some(&obj));
+            items.insert(obj.key().into(), obj);
         }
     }
 
@@ -162,25 +168,38 @@ impl Indexer {
     }
 }
 
-impl Inner {
-    fn reindex(&mut self, key: &str, old: Option<&ObjectRef>, new: Option<&ObjectRef>) {
-        for (name, f) in &self.indexers {
-            let index = self.indices.entry(name.clone()).or_default();
-            if let Some(old) = old {
-                for v in f(old) {
-                    if let Some(set) = index.get_mut(&v) {
-                        set.remove(key);
-                        if set.is_empty() {
-                            index.remove(&v);
-                        }
-                    }
+/// Moves `key` from the index values of `old` to those of `new`.
+fn reindex(
+    indexers: &HashMap<String, IndexFunc>,
+    indices: &mut HashMap<String, HashMap<String, HashSet<Box<str>>>>,
+    key: &str,
+    old: Option<&ObjectRef>,
+    new: Option<&ObjectRef>,
+) {
+    for (name, f) in indexers {
+        // The namespace is part of the key: an update cannot move it.
+        if old.is_some() && new.is_some() && name == NAMESPACE_INDEX {
+            continue;
+        }
+        let old_values = old.map(|o| f(o)).unwrap_or_default();
+        let new_values = new.map(|o| f(o)).unwrap_or_default();
+        if old.is_some() && new.is_some() && old_values == new_values {
+            continue;
+        }
+        if !indices.contains_key(name.as_str()) {
+            indices.insert(name.clone(), HashMap::new());
+        }
+        let Some(index) = indices.get_mut(name.as_str()) else { continue };
+        for v in old_values {
+            if let Some(set) = index.get_mut(&v) {
+                set.remove(key);
+                if set.is_empty() {
+                    index.remove(&v);
                 }
             }
-            if let Some(new) = new {
-                for v in f(new) {
-                    index.entry(v).or_default().insert(key.into());
-                }
-            }
+        }
+        for v in new_values {
+            index.entry(v).or_default().insert(key.into());
         }
     }
 }

@@ -19,8 +19,8 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub use self::informer_host::plugin::types::{Deleted, Tombstone};
 pub use self::informer_host::plugin::types::Level;
+pub use self::informer_host::plugin::types::{Deleted, Tombstone};
 
 /// The host's representation of a WIT `object`: a shared object version.
 pub struct ObjectHandle(pub ObjectRef);

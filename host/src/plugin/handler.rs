@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use wasmtime::{Engine, Store, Trap};
 
 use super::bindings::{Deleted, Plugin, PluginPre, Tombstone};
-use super::runtime::EPOCH_TICK;
+use super::runtime::{EPOCH_TICK, Ticker};
 use super::sandbox::{PluginShared, Sandbox, new_store};
 use super::{OnTrap, PluginError, PluginSpec};
 use crate::informer::{DeletedObject, Delivery, HandlerError, ObjectRef, ResourceEventHandler};
@@ -73,6 +73,7 @@ impl SwapSlot {
 /// Delivers notifications into one instance of a plugin.
 pub struct WasmHandler {
     engine: Engine,
+    _ticker: Arc<Ticker>,
     pre: PluginPre<Sandbox>,
     shared: Arc<PluginShared>,
     spec: PluginSpec,
@@ -86,14 +87,23 @@ type CallResult = wasmtime::Result<Result<(), String>>;
 
 impl WasmHandler {
     pub(crate) fn new(
-        engine: Engine,
+        (engine, ticker): (Engine, Arc<Ticker>),
         pre: PluginPre<Sandbox>,
         shared: Arc<PluginShared>,
         spec: PluginSpec,
         version: String,
     ) -> Result<Self, PluginError> {
-        let mut h =
-            WasmHandler { engine, pre, shared, spec, live: None, instantiate_time: Duration::ZERO, version, slot: None };
+        let mut h = WasmHandler {
+            engine,
+            _ticker: ticker,
+            pre,
+            shared,
+            spec,
+            live: None,
+            instantiate_time: Duration::ZERO,
+            version,
+            slot: None,
+        };
         h.start()?;
         Ok(h)
     }
@@ -117,7 +127,7 @@ impl WasmHandler {
         }
         let Some(next) = slot.staged.lock().take() else { return };
         let slot = self.slot.take();
-        let from = std::mem::replace(&mut self.version, String::new());
+        let from = std::mem::take(&mut self.version);
         *self = WasmHandler { slot, ..next };
         tracing::info!(plugin = %self.spec.name, from = %short(&from), to = %short(&self.version), "swapped to a new version");
         if let Some(slot) = &self.slot {
@@ -162,7 +172,11 @@ impl WasmHandler {
         match plugin.informer_host_plugin_resource_event_handler().call_init(&mut store, &self.spec.config_json) {
             Ok(Ok(())) => {}
             Ok(Err(message)) => {
-                return Err(PluginError::Init { plugin: self.spec.name.clone(), file: self.spec.wasm.clone(), message });
+                return Err(PluginError::Init {
+                    plugin: self.spec.name.clone(),
+                    file: self.spec.wasm.clone(),
+                    message,
+                });
             }
             Err(e) => return Err(trap(self, e, &store)),
         }

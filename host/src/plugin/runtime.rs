@@ -38,12 +38,19 @@ struct Inner {
     cache_dir: Option<PathBuf>,
     compiled: Mutex<HashMap<String, Component>>,
     linkers: Mutex<HashMap<Grants, Arc<Linker<Sandbox>>>>,
-    stop_ticker: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
 }
 
-impl Drop for Inner {
+/// Keeps the epoch ticker running; every runtime, loaded plugin and
+/// handler holds one, so deadlines are enforced as long as anything can
+/// still call into wasm.
+pub(crate) struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Ticker {
     fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -67,6 +74,7 @@ pub struct LoadedPlugin {
     pub stats: Arc<PluginStats>,
     pre: PluginPre<Sandbox>,
     engine: Engine,
+    ticker: Arc<Ticker>,
 }
 
 impl PluginRuntime {
@@ -101,7 +109,7 @@ impl PluginRuntime {
                 cache_dir: config.cache_dir,
                 compiled: Mutex::new(HashMap::new()),
                 linkers: Mutex::new(HashMap::new()),
-                stop_ticker: stop,
+                ticker: Arc::new(Ticker { stop }),
             }),
         })
     }
@@ -150,7 +158,9 @@ impl PluginRuntime {
                     self.inner.compiled.lock().insert(hash.to_string(), c.clone());
                     return Ok((c, true));
                 }
-                Err(e) => tracing::warn!(plugin = %spec.name, "ignoring unusable compile cache {}: {e:#}", path.display()),
+                Err(e) => {
+                    tracing::warn!(plugin = %spec.name, "ignoring unusable compile cache {}: {e:#}", path.display())
+                }
             }
         }
         let c = Component::new(engine, bytes).map_err(|e| PluginError::NotAComponent {
@@ -192,11 +202,8 @@ impl PluginRuntime {
         let (component, from_cache) = self.compile(&spec, bytes, &hash)?;
         let compile_time = started.elapsed();
         let engine = &self.inner.engine;
-        let wrong = |message: String| PluginError::WrongWorld {
-            plugin: spec.name.clone(),
-            file: spec.wasm.clone(),
-            message,
-        };
+        let wrong =
+            |message: String| PluginError::WrongWorld { plugin: spec.name.clone(), file: spec.wasm.clone(), message };
         let ty = component.component_type();
         let imports: Vec<String> = ty.imports(engine).map(|(n, _)| n.to_string()).collect();
         let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
@@ -236,8 +243,14 @@ impl PluginRuntime {
             from_cache,
             instantiate_time: Duration::ZERO,
         };
-        let mut loaded =
-            LoadedPlugin { info, spec, stats: Arc::new(PluginStats::default()), pre, engine: engine.clone() };
+        let mut loaded = LoadedPlugin {
+            info,
+            spec,
+            stats: Arc::new(PluginStats::default()),
+            pre,
+            engine: engine.clone(),
+            ticker: self.inner.ticker.clone(),
+        };
         // Prove the plugin starts: instantiate and init once, then drop it.
         let probe = loaded.handler(None)?;
         loaded.info.instantiate_time = probe.instantiate_time();
@@ -256,9 +269,9 @@ fn check_preamble(spec: &PluginSpec, bytes: &[u8]) -> Result<(), PluginError> {
     }
     match bytes[4..8] {
         [0x0d, 0x00, 0x01, 0x00] => Ok(()),
-        [0x01, 0x00, 0x00, 0x00] => Err(err(
-            "it is a core wasm module; build for wasm32-wasip2 or wrap it with `wasm-tools component new`",
-        )),
+        [0x01, 0x00, 0x00, 0x00] => {
+            Err(err("it is a core wasm module; build for wasm32-wasip2 or wrap it with `wasm-tools component new`"))
+        }
         _ => Err(err("unknown wasm binary version or layer")),
     }
 }
@@ -281,10 +294,16 @@ impl LoadedPlugin {
         // async tasks: instantiate on a plain thread instead.
         std::thread::scope(|s| {
             s.spawn(|| {
-                WasmHandler::new(self.engine.clone(), self.pre.clone(), shared, self.spec.clone(), self.info.hash.clone())
+                WasmHandler::new(
+                    (self.engine.clone(), self.ticker.clone()),
+                    self.pre.clone(),
+                    shared,
+                    self.spec.clone(),
+                    self.info.hash.clone(),
+                )
             })
-                .join()
-                .unwrap_or_else(|_| Err(PluginError::Engine("instantiation thread panicked".into())))
+            .join()
+            .unwrap_or_else(|_| Err(PluginError::Engine("instantiation thread panicked".into())))
         })
     }
 

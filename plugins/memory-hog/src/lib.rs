@@ -7,13 +7,13 @@ use informer_guest::{Config, Deleted, Object, ResourceEventHandler, describe, in
 #[derive(Default, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct MemoryHog {
-    /// The object name that triggers the misbehaviour.
+    /// The object name that triggers the misbehaviour (`*`: every object).
     name: String,
 }
 
 impl MemoryHog {
     fn check(&self, name: &str) {
-        if !self.name.is_empty() && name == self.name {
+        if !self.name.is_empty() && (name == self.name || self.name == "*") {
             hog(name);
         }
     }

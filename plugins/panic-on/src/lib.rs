@@ -7,7 +7,7 @@ use informer_guest::{Config, Deleted, Object, ResourceEventHandler, describe, in
 #[derive(Default, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct PanicOn {
-    /// The object name that triggers the misbehaviour.
+    /// The object name that triggers the misbehaviour (`*`: every object).
     name: String,
     /// Panic in `init` itself (to test how the host reports it).
     panic_in_init: bool,
@@ -15,7 +15,7 @@ struct PanicOn {
 
 impl PanicOn {
     fn check(&self, name: &str) {
-        if !self.name.is_empty() && name == self.name {
+        if !self.name.is_empty() && (name == self.name || self.name == "*") {
             panic!("panic-on: got {name}");
         }
     }

@@ -7,13 +7,13 @@ use informer_guest::{Config, Deleted, Object, ResourceEventHandler, describe, in
 #[derive(Default, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Spin {
-    /// The object name that triggers the misbehaviour.
+    /// The object name that triggers the misbehaviour (`*`: every object).
     name: String,
 }
 
 impl Spin {
     fn check(&self, name: &str) {
-        if !self.name.is_empty() && name == self.name {
+        if !self.name.is_empty() && (name == self.name || self.name == "*") {
             let mut spins: u64 = 0;
             loop {
                 spins = std::hint::black_box(spins.wrapping_add(1));

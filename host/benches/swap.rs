@@ -1,0 +1,168 @@
+//! Hot-swap latency under load, and a well-behaved plugin's delivery latency
+//! with and without misbehaving neighbours on the same informer.
+//!
+//! `cargo bench -p informer-host --bench swap`
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use informer_host::informer::{InformerOptions, SharedIndexInformer};
+use informer_host::plugin::{Grants, Level, Limits, LogSink, PluginRuntime, PluginSpec, RuntimeConfig};
+use informer_host::registry::{OnSwap, PluginDef, PluginRegistry, WasmSource};
+use informer_host::source::MemorySource;
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+type Lines = Arc<Mutex<Vec<(Instant, String)>>>;
+
+fn spec(name: &str, plugin: &str, lines: &Lines) -> PluginSpec {
+    let mut s = PluginSpec::new(name, plugin_build::plugin_path(plugin));
+    s.grants = Grants { log: true, ..Default::default() };
+    let l = lines.clone();
+    s.log_sink = Some(LogSink(Arc::new(move |_: Level, m: &str| l.lock().push((Instant::now(), m.to_string())))));
+    s
+}
+
+fn def(spec: PluginSpec) -> PluginDef {
+    PluginDef { spec, informer: "cms".into(), resync: Duration::ZERO, on_swap: OnSwap::Continue, visibility: None }
+}
+
+fn start(src: &MemorySource, registry: &PluginRegistry) -> CancellationToken {
+    let informer = SharedIndexInformer::new(src.clone(), InformerOptions { blocking_workers: 4, ..Default::default() });
+    registry.add_informer("cms", informer.clone());
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move { informer.run(s).await });
+    stop
+}
+
+fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * p) as usize]
+}
+
+/// Applies an update every `every` until stopped; returns apply instants by rv.
+fn producer(
+    src: MemorySource,
+    every: Duration,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<HashMap<String, Instant>> {
+    tokio::spawn(async move {
+        let mut sent = HashMap::new();
+        let mut tick = tokio::time::interval(every);
+        let mut i = 0u64;
+        while !stop.is_cancelled() {
+            tick.tick().await;
+            let o = src.apply_config_map("ns", &format!("k{}", i % 100), &i.to_string()).unwrap();
+            sent.insert(o.resource_version().unwrap().to_string(), Instant::now());
+            i += 1;
+        }
+        sent
+    })
+}
+
+async fn swap_latency() {
+    let src = MemorySource::new();
+    let wasm = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+    let registry = PluginRegistry::new(wasm);
+    let stop = start(&src, &registry);
+    let lines: Lines = Default::default();
+    registry.load(def(spec("swapper", "swap-v1", &lines))).unwrap();
+    let prod_stop = CancellationToken::new();
+    let prod = producer(src.clone(), Duration::from_micros(200), prod_stop.clone());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut to_first, mut pauses) = (Vec::new(), Vec::new());
+    for round in 0..20 {
+        let next = if round % 2 == 0 { ("swap-v2", "v2 ") } else { ("swap-v1", "v1 ") };
+        let mark = lines.lock().len();
+        let t0 = Instant::now();
+        let registry2 = registry.clone();
+        let path = plugin_build::plugin_path(next.0);
+        tokio::task::spawn_blocking(move || registry2.swap("swapper", WasmSource::File(path)).unwrap()).await.unwrap();
+        loop {
+            let found = {
+                let l = lines.lock();
+                l[mark..].iter().position(|(_, m)| m.starts_with(next.1)).map(|i| {
+                    let first = l[mark + i].0;
+                    // The pause: the gap between the last line of the old
+                    // version and the first of the new one.
+                    let prev = if mark + i > 0 { l[mark + i - 1].0 } else { first };
+                    (first, prev)
+                })
+            };
+            if let Some((first, prev)) = found {
+                to_first.push(first - t0);
+                pauses.push(first.saturating_duration_since(prev));
+                break;
+            }
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    prod_stop.cancel();
+    let _ = prod.await;
+    stop.cancel();
+    println!("Hot swap under load (an update every 200 µs, 20 swaps, compile cached):");
+    println!(
+        "  request → first notification by the new version: median {:?}, p95 {:?}, max {:?}",
+        percentile(to_first.clone(), 0.5),
+        percentile(to_first.clone(), 0.95),
+        percentile(to_first, 1.0)
+    );
+    println!(
+        "  pause in delivery at the switch: median {:?}, max {:?}",
+        percentile(pauses.clone(), 0.5),
+        percentile(pauses, 1.0)
+    );
+}
+
+async fn neighbour_latency(with_neighbours: bool) -> (Duration, Duration, Duration) {
+    let src = MemorySource::new();
+    let wasm = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+    let registry = PluginRegistry::new(wasm);
+    let stop = start(&src, &registry);
+    let lines: Lines = Default::default();
+    registry.load(def(spec("good", "recorder", &lines))).unwrap();
+    if with_neighbours {
+        let sink: Lines = Default::default();
+        let mut spin = spec("spinner", "spin", &sink);
+        spin.config_json = r#"{"name":"*"}"#.into();
+        spin.limits = Limits { fuel_per_call: None, deadline_per_call: Duration::from_millis(50), ..Limits::default() };
+        registry.load(def(spin)).unwrap();
+        let mut panicky = spec("panicky", "panic-on", &sink);
+        panicky.config_json = r#"{"name":"*"}"#.into();
+        registry.load(def(panicky)).unwrap();
+    }
+    let prod_stop = CancellationToken::new();
+    let prod = producer(src.clone(), Duration::from_millis(1), prod_stop.clone());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    prod_stop.cancel();
+    let sent = prod.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.cancel();
+    let mut lat = Vec::new();
+    for (t, line) in lines.lock().iter() {
+        // `update ns/kN rv=A->B`
+        if let Some(rv) = line.strip_prefix("update ").and_then(|l| l.rsplit("->").next())
+            && let Some(s) = sent.get(rv)
+        {
+            lat.push(t.saturating_duration_since(*s));
+        }
+    }
+    (percentile(lat.clone(), 0.5), percentile(lat.clone(), 0.99), percentile(lat, 1.0))
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(swap_latency());
+    println!();
+    println!("Delivery latency of a well-behaved plugin (source apply → its handler ran), 1 update/ms for 3 s:");
+    let alone = rt.block_on(neighbour_latency(false));
+    let crowded = rt.block_on(neighbour_latency(true));
+    println!("  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}", "alone", alone.0, alone.1, alone.2);
+    println!(
+        "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}",
+        "beside a spinner (50 ms deadline) and a panicker", crowded.0, crowded.1, crowded.2
+    );
+}

@@ -8,9 +8,14 @@
 #   version into a venv at target/other-languages/venv.
 # - JavaScript (plugins/js-*/package.json): componentize-js, installed by
 #   `npm ci` into the plugin's node_modules, driven by plugins/js-sdk/build.mjs.
+# - C (plugins/c-*/*.c, with the SDK plugins/c-sdk): clang --target=wasm32-wasi
+#   (Debian's clang, lld, wasi-libc and wasm32 compiler-rt, installed with
+#   apt-get when missing), between the two steps of tests/c-plugin-build
+#   (built here with cargo): `bindings` (wit-bindgen-c for world `handler`)
+#   and `component` (wit-component with wasmtime's preview1 reactor adapter).
 #
-# Needs python3 (with venv) and node/npm; fetches packages from PyPI and npm
-# only when they are missing. Idempotent: a component newer than all of its
+# Needs python3 (with venv), node/npm and cargo; fetches packages from PyPI,
+# npm, crates.io and Debian only when they are missing. Idempotent: a component newer than all of its
 # inputs (sources, SDK, wit/, the toolchain) is not rebuilt. Concurrent runs
 # are serialized by a lock in target/other-languages.
 set -euo pipefail
@@ -101,3 +106,78 @@ for dir in "${js_plugins[@]}"; do
   (cd "$dir" && node "$plugins/js-sdk/build.mjs" "$entry" "$dest.tmp") >&2
   publish "$dest.tmp" "$dest" $((SECONDS - start))
 done
+
+# ---- C ---------------------------------------------------------------------
+
+c_plugins=()
+for dir in "$plugins"/c-*/; do
+  [[ "$(basename "$dir")" == c-sdk ]] && continue
+  compgen -G "$dir*.c" >/dev/null && c_plugins+=("${dir%/}")
+done
+
+C_APT_PACKAGES=(clang lld wasi-libc libclang-rt-dev-wasm32)
+# WASI_SYSROOT: another wasi-libc (wasi-sdk's share/wasi-sysroot) instead of
+# Debian's, which clang finds by itself under /usr/{include,lib}/wasm32-wasi.
+c_flags=(--target=wasm32-wasi -mexec-model=reactor -O2 -std=c11)
+[[ -n "${WASI_SYSROOT:-}" ]] && c_flags+=("--sysroot=$WASI_SYSROOT")
+
+# True when clang compiles and links a wasm32-wasi reactor (so clang, wasm-ld,
+# wasi-libc and the wasm32 builtins are all there).
+c_toolchain_works() {
+  command -v clang >/dev/null 2>&1 || return 1
+  printf 'int x;\n' | clang "${c_flags[@]}" -x c - -o "$work/c/probe.wasm" >/dev/null 2>&1
+}
+
+if ((${#c_plugins[@]})); then
+  mkdir -p "$work/c"
+  if ! c_toolchain_works; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      log "installing ${C_APT_PACKAGES[*]} with apt-get"
+      export DEBIAN_FRONTEND=noninteractive
+      if ! apt-get install -y -qq --no-install-recommends "${C_APT_PACKAGES[@]}" >&2; then
+        apt-get update -qq >&2
+        apt-get install -y -qq --no-install-recommends "${C_APT_PACKAGES[@]}" >&2
+      fi
+    fi
+    if ! c_toolchain_works; then
+      printf 'int x;\n' | clang "${c_flags[@]}" -x c - -o "$work/c/probe.wasm" >&2 || true
+      log "no clang for wasm32-wasi: apt-get install ${C_APT_PACKAGES[*]}"
+      exit 1
+    fi
+  fi
+
+  # The bindings and componentization tool, in its own target dir (the
+  # caller may be a cargo command holding the workspace's), without the
+  # caller's build settings. Up to date, cargo only checks it (~0.3 s).
+  tool="$work/cargo/release/c-plugin-build"
+  (
+    cd "$root"
+    unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER CARGO_MAKEFLAGS MAKEFLAGS MFLAGS
+    for var in $(compgen -e | grep -E '^CARGO_(TARGET|BUILD|PROFILE)_|^CARGO_LLVM_COV' || true); do unset "$var"; done
+    cargo build --release --quiet -p c-plugin-build --target-dir "$work/cargo"
+  ) >&2
+
+  bindings="$work/c/bindings"
+  "$tool" bindings "$root/wit" handler "$bindings" >&2
+  if ! up_to_date "$work/c/handler.o" "$bindings"; then
+    # Generated code: compiled once, without the plugins' warnings.
+    clang "${c_flags[@]}" -w -c "$bindings/handler.c" -o "$work/c/handler.o.tmp"
+    mv -f "$work/c/handler.o.tmp" "$work/c/handler.o"
+  fi
+
+  for dir in "${c_plugins[@]}"; do
+    name="$(basename "$dir")"
+    dest="$out/${name//-/_}.wasm"
+    if up_to_date "$dest" "$dir" "$plugins/c-sdk" "$work/c/handler.o" "$tool" "$plugins/build-other-languages.sh"; then
+      continue
+    fi
+    log "clang + c-plugin-build component: $name"
+    start=$SECONDS
+    core="$work/c/${name//-/_}.core.wasm"
+    clang "${c_flags[@]}" -Wall -Wextra -Wpedantic -I "$bindings" -I "$plugins/c-sdk" \
+      "$dir"/*.c "$plugins/c-sdk/informer_guest.c" "$work/c/handler.o" "$bindings/handler_component_type.o" \
+      -Wl,--strip-debug -o "$core" >&2
+    "$tool" component "$core" "$dest.tmp" >&2
+    publish "$dest.tmp" "$dest" $((SECONDS - start))
+  done
+fi

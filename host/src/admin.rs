@@ -1,10 +1,13 @@
-//! The host's HTTP server: `/metrics`, `/healthz` and `/readyz`.
+//! The host's HTTP servers: `/metrics`, `/healthz` and `/readyz`, and the
+//! listener the admin API ([`crate::admin_api`]) is served on.
 //!
-//! This module owns the listener and the routes; what they report comes
-//! from [`crate::metrics`]. `/healthz` answers 200 while the process runs;
-//! `/readyz` answers 200 only when every informer has synced and every
-//! plugin's registration has synced, and its body lists each check
-//! Kubernetes-style (`[+]` / `[-]`).
+//! This module owns the listeners and the health routes; what they report
+//! comes from [`crate::metrics`]. `/healthz` answers 200 while the process
+//! runs; `/readyz` answers 200 only when every informer has synced and
+//! every plugin's registration has synced, and its body lists each check
+//! Kubernetes-style (`[+]` / `[-]`). A [`Refresh`] hook, when given, runs
+//! before `/metrics` and `/readyz` answer, so what they report follows
+//! plugins loaded, swapped or unloaded at runtime.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,34 +21,53 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{Metrics, Observed};
 
+/// Brings [`Observed`] up to date; called before `/metrics` and `/readyz` answer.
+pub type Refresh = Arc<dyn Fn() + Send + Sync>;
+
 #[derive(Clone)]
 struct AppState {
     observed: Observed,
     metrics: Arc<Metrics>,
+    refresh: Option<Refresh>,
+}
+
+impl AppState {
+    fn refresh(&self) {
+        if let Some(f) = &self.refresh {
+            f();
+        }
+    }
 }
 
 /// The routes, for embedding or testing without a socket.
 pub fn router(observed: Observed) -> Router {
+    router_with(observed, None)
+}
+
+/// The routes, with a hook run before `/metrics` and `/readyz` answer.
+pub fn router_with(observed: Observed, refresh: Option<Refresh>) -> Router {
     let metrics = Arc::new(Metrics::new(observed.clone()));
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(AppState { observed, metrics })
+        .with_state(AppState { observed, metrics, refresh })
 }
 
 async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
+    s.refresh();
     ([(header::CONTENT_TYPE, Metrics::CONTENT_TYPE)], s.metrics.encode())
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
+    s.refresh();
     let r = s.observed.readiness();
     let status = if r.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], r.render())
 }
 
-/// A bound, running admin server.
+/// A bound, running HTTP server.
 pub struct AdminServer {
     /// The address actually bound (useful with port 0).
     pub local_addr: SocketAddr,
@@ -53,11 +75,15 @@ pub struct AdminServer {
 }
 
 impl AdminServer {
-    /// Binds `addr` and serves until `stop` fires.
+    /// Binds `addr` and serves `/metrics`, `/healthz` and `/readyz` until `stop` fires.
     pub async fn start(addr: SocketAddr, observed: Observed, stop: CancellationToken) -> std::io::Result<AdminServer> {
+        Self::serve(addr, router(observed), stop).await
+    }
+
+    /// Binds `addr` and serves `app` (e.g. [`crate::admin_api::router`]) until `stop` fires.
+    pub async fn serve(addr: SocketAddr, app: Router, stop: CancellationToken) -> std::io::Result<AdminServer> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
-        let app = router(observed);
         let task = tokio::spawn(async move {
             axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
         });
@@ -68,8 +94,8 @@ impl AdminServer {
     pub async fn join(self) {
         match self.task.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!("admin server failed: {e}"),
-            Err(e) => tracing::warn!("admin server task failed: {e}"),
+            Ok(Err(e)) => tracing::warn!("HTTP server on {} failed: {e}", self.local_addr),
+            Err(e) => tracing::warn!("HTTP server task on {} failed: {e}", self.local_addr),
         }
     }
 }

@@ -171,7 +171,7 @@ async fn load(State(s): State<AppState>, Json(req): Json<LoadRequest>) -> Result
         ..PluginSpec::new(req.name, req.wasm)
     };
     let def =
-        PluginDef { spec, informer: req.informer, resync: Duration::ZERO, on_swap: req.on_swap, visibility: None };
+        PluginDef { spec, informer: req.informer, resync: Duration::ZERO, on_swap: req.on_swap, visibility: None, max_pending: None };
     let registry = s.registry.clone();
     let status = tokio::task::spawn_blocking(move || registry.load(def))
         .await

@@ -1,13 +1,30 @@
-//! The host's TOML configuration: `[[informer]]`, `[[plugin]]` and `[host]`.
+//! The host's TOML configuration: `[[informer]]`, `[[plugin]]`, `[[tenant]]`,
+//! `[host]` and `[admin]`.
 //!
 //! This module owns the file format, its defaults and its validation. Every
 //! problem names the file, line and column of the offending key or value,
 //! and all problems are collected before reporting, not just the first.
-//! Paths (`dir`, `wasm`, `cache_dir`) are relative to the config file.
+//! Paths (`dir`, `wasm`, `cache_dir`, `token_file`) are relative to the
+//! config file.
+//!
+//! A plugin of a tenant gets the stricter of its own and its tenant's
+//! limits: a limit it leaves out is the default lowered to the tenant's
+//! cap, and a limit it sets above the tenant's cap is an error naming both
+//! lines (never silently clamped).
 //!
 //! ```toml
 //! [host]
 //! metrics_addr = "127.0.0.1:9464"
+//!
+//! [admin]
+//! addr = "127.0.0.1:8081"
+//! token_file = "admin.token"
+//!
+//! [[tenant]]
+//! name = "shop"
+//! namespaces = ["shop"]
+//! max_plugins = 4
+//! memory = "64MiB"
 //!
 //! [[informer]]
 //! name = "configmaps"
@@ -25,6 +42,9 @@
 //! memory = "64MiB"
 //! grants = ["log"]
 //! config = { required = ["app", "team"] }
+//! tenant = "shop"
+//! watch = true
+//! on_swap = "replay"
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,19 +52,25 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use crate::plugin::{Grants, Limits, OnTrap, PluginSpec};
+use crate::informer::Object;
+use crate::plugin::{Grants, Limits, OnTrap, PluginSpec, Visibility};
+use crate::registry::OnSwap;
 
 /// Names of the capabilities a plugin can be granted.
 pub const GRANT_NAMES: &[&str] = &["log", "cache", "clocks"];
 
 /// The default grace period for in-flight calls at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Where the admin API listens unless `[admin] addr` says otherwise.
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:8081";
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -54,12 +80,15 @@ pub struct Config {
     /// The directory relative paths are resolved against.
     pub base_dir: PathBuf,
     pub host: HostSettings,
+    /// `[admin]`; `None`: no admin API.
+    pub admin: Option<AdminSettings>,
     pub informers: Vec<InformerConfig>,
+    pub tenants: Vec<TenantConfig>,
     pub plugins: Vec<PluginConfig>,
 }
 
 /// `[host]`: process-wide settings (command-line flags override them).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostSettings {
     pub metrics_addr: Option<SocketAddr>,
     /// Where compiled components are cached (resolved against the config file).
@@ -89,6 +118,86 @@ impl LogFormat {
     }
 }
 
+/// `[admin]`: the authenticated admin API (see [`crate::admin_api`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminSettings {
+    /// Where it listens (loopback unless `allow_remote = true`).
+    pub addr: SocketAddr,
+    pub allow_remote: bool,
+    /// The bearer token every request must carry.
+    pub token: Secret,
+    /// Where the token came from, for messages: `token_file /etc/x` or
+    /// `token_env NAME`.
+    pub token_source: String,
+    /// Largest accepted request body, in bytes.
+    pub max_upload: usize,
+    /// Where `[admin]` is.
+    pub location: Location,
+}
+
+/// A secret string whose `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
+}
+
+/// One `[[tenant]]`: the namespaces its plugins may see and its limits.
+/// Limits are caps on each of its plugins; `None`: no cap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantConfig {
+    pub name: String,
+    /// The namespaces whose objects its plugins receive and read.
+    pub namespaces: Vec<String>,
+    /// Whether cluster-scoped objects (no namespace) are visible.
+    pub cluster_scoped: bool,
+    pub max_plugins: Option<usize>,
+    pub fuel_per_call: Option<u64>,
+    pub deadline: Option<Duration>,
+    pub memory: Option<usize>,
+    pub max_pending: Option<usize>,
+    /// Where the tenant is defined (its `name`).
+    pub location: Location,
+}
+
+impl TenantConfig {
+    /// Whether an object of `namespace` (`None`: cluster-scoped) is visible.
+    pub fn sees(&self, namespace: Option<&str>) -> bool {
+        match namespace {
+            Some(ns) => self.namespaces.iter().any(|n| n == ns),
+            None => self.cluster_scoped,
+        }
+    }
+
+    /// The filter the host applies before delivery and in the `cache` import.
+    pub fn visibility(&self) -> Visibility {
+        let namespaces: Vec<String> = self.namespaces.clone();
+        let cluster_scoped = self.cluster_scoped;
+        Arc::new(move |o: &Object| match o.namespace() {
+            Some(ns) => namespaces.iter().any(|n| n == ns),
+            None => cluster_scoped,
+        })
+    }
+
+    /// True when `other` shows its plugins the same objects.
+    pub fn same_visibility(&self, other: &TenantConfig) -> bool {
+        self.namespaces == other.namespaces && self.cluster_scoped == other.cluster_scoped
+    }
+}
+
 /// A 1-based line and column in the config file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Location {
@@ -115,8 +224,18 @@ pub struct InformerConfig {
     pub location: Location,
 }
 
+impl InformerConfig {
+    /// True when both define the same informer (locations aside).
+    pub fn same_definition(&self, other: &InformerConfig) -> bool {
+        self.name == other.name
+            && self.source == other.source
+            && self.resync == other.resync
+            && self.indexers == other.indexers
+    }
+}
+
 /// Where an informer's objects come from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceConfig {
     Manifests(ManifestsConfig),
     Kube(KubeConfig),
@@ -177,6 +296,15 @@ pub struct PluginConfig {
     pub config_json: String,
     /// What a fresh instance gets after a trap.
     pub on_trap: OnTrap,
+    /// The `[[tenant]]` it belongs to (`None`: it sees every object).
+    pub tenant: Option<String>,
+    /// Swap it when its wasm file changes.
+    pub watch: bool,
+    /// How a new version takes over.
+    pub on_swap: OnSwap,
+    /// Cap on its pending notifications (`None`: no cap); on overflow the
+    /// host coalesces them by key.
+    pub max_pending: Option<usize>,
     /// Where the plugin is defined (its `name`).
     pub location: Location,
 }
@@ -189,7 +317,29 @@ impl PluginConfig {
         spec.limits = self.limits.clone();
         spec.grants = self.grants.clone();
         spec.on_trap = self.on_trap;
+        spec.tenant = self.tenant.clone();
         spec
+    }
+
+    /// The keys whose change needs an unload and a load (everything but
+    /// `wasm`, `watch` and the location), by name; empty when none changed.
+    pub fn changed_keys(&self, other: &PluginConfig) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        let mut check = |key, same: bool| {
+            if !same {
+                keys.push(key);
+            }
+        };
+        check("informer", self.informer == other.informer);
+        check("resync", self.resync == other.resync);
+        check("limits", self.limits == other.limits);
+        check("grants", self.grants == other.grants);
+        check("config", self.config_json == other.config_json);
+        check("on_trap", self.on_trap == other.on_trap);
+        check("tenant", self.tenant == other.tenant);
+        check("on_swap", self.on_swap == other.on_swap);
+        check("max_pending", self.max_pending == other.max_pending);
+        keys
     }
 }
 
@@ -278,6 +428,15 @@ impl Config {
         self.informers.iter().find(|i| i.name == name)
     }
 
+    pub fn tenant(&self, name: &str) -> Option<&TenantConfig> {
+        self.tenants.iter().find(|t| t.name == name)
+    }
+
+    /// The tenant of a plugin, if it has one.
+    pub fn tenant_of(&self, plugin: &PluginConfig) -> Option<&TenantConfig> {
+        plugin.tenant.as_deref().and_then(|t| self.tenant(t))
+    }
+
     /// The `file:line:column` of a location in this config, for messages.
     pub fn at(&self, loc: Location) -> String {
         format!("{}:{}", self.file.display(), loc)
@@ -325,6 +484,43 @@ struct RawPlugin {
     grants: Option<Vec<S<String>>>,
     on_trap: Option<S<String>>,
     config: Option<S<toml::Table>>,
+    tenant: Option<S<String>>,
+    watch: Option<S<bool>>,
+    on_swap: Option<S<String>>,
+    max_pending: Option<S<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    name: S<String>,
+    namespaces: S<Vec<S<String>>>,
+    cluster_scoped: Option<S<bool>>,
+    max_plugins: Option<S<toml::Value>>,
+    fuel_per_call: Option<S<toml::Value>>,
+    deadline: Option<S<String>>,
+    memory: Option<S<toml::Value>>,
+    max_pending: Option<S<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    addr: Option<S<String>>,
+    allow_remote: Option<S<bool>>,
+    token_file: Option<S<String>>,
+    token_env: Option<S<String>>,
+    max_upload: Option<S<toml::Value>>,
+}
+
+/// A tenant as plugins see it while the config is checked: its settings and
+/// where each limit is written, for messages naming both lines.
+struct TenantSeen {
+    config: TenantConfig,
+    /// Line of each limit key that is set.
+    lines: HashMap<&'static str, usize>,
+    /// The plugins that name it so far (name, line).
+    plugins: Vec<(String, usize)>,
 }
 
 #[derive(Deserialize)]
@@ -408,7 +604,9 @@ impl<'a> Cx<'a> {
             file: file.to_path_buf(),
             base_dir: self.base.to_path_buf(),
             host: HostSettings::default(),
+            admin: None,
             informers: Vec::new(),
+            tenants: Vec::new(),
             plugins: Vec::new(),
         };
         let (root, errors) = DeTable::parse_recoverable(self.text);
@@ -420,6 +618,7 @@ impl<'a> Cx<'a> {
         }
         let mut raw_informers = Vec::new();
         let mut raw_plugins = Vec::new();
+        let mut raw_tenants = Vec::new();
         for (key, value) in root.into_inner() {
             let section = key.get_ref().to_string();
             match section.as_str() {
@@ -441,6 +640,15 @@ impl<'a> Cx<'a> {
                         }
                     }
                 }
+                "tenant" => {
+                    for v in self.array_of_tables(value, "tenant") {
+                        let span = v.span();
+                        match RawTenant::deserialize(ValueDeserializer::from(v)) {
+                            Ok(r) => raw_tenants.push(r),
+                            Err(e) => self.toml_error(&e, span),
+                        }
+                    }
+                }
                 "host" => {
                     let span = value.span();
                     if !value.get_ref().is_table() {
@@ -452,9 +660,23 @@ impl<'a> Cx<'a> {
                         Err(e) => self.toml_error(&e, span),
                     }
                 }
+                "admin" => {
+                    let span = value.span();
+                    if !value.get_ref().is_table() {
+                        self.error(span, "`admin` must be a table: write `[admin]`");
+                        continue;
+                    }
+                    match RawAdmin::deserialize(ValueDeserializer::from(value)) {
+                        Ok(r) => config.admin = self.admin(r, key.span()),
+                        Err(e) => self.toml_error(&e, span),
+                    }
+                }
                 other => self.error(
                     key.span(),
-                    format!("unknown section `{other}`, expected one of `[[informer]]`, `[[plugin]]`, `[host]`"),
+                    format!(
+                        "unknown section `{other}`, expected one of `[[informer]]`, `[[plugin]]`, `[[tenant]]`, \
+                         `[host]`, `[admin]`"
+                    ),
                 ),
             }
         }
@@ -465,13 +687,25 @@ impl<'a> Cx<'a> {
                 config.informers.push(i);
             }
         }
+        // Tenants next: plugins refer to them too.
+        let mut tenant_names: HashMap<String, Location> = HashMap::new();
+        let mut tenants: HashMap<String, TenantSeen> = HashMap::new();
+        for r in raw_tenants {
+            if let Some(t) = self.tenant(r, &mut tenant_names) {
+                tenants.insert(t.config.name.clone(), t);
+            }
+        }
+        // Plugins in file order, so `max_plugins` blames the ones past it.
+        raw_plugins.sort_by_key(|r| r.name.span().start);
         let mut plugin_names: HashMap<String, Location> = HashMap::new();
         for r in raw_plugins {
-            if let Some(p) = self.plugin(r, &informer_names, &mut plugin_names) {
+            if let Some(p) = self.plugin(r, &informer_names, &tenant_names, &mut tenants, &mut plugin_names) {
                 config.plugins.push(p);
             }
         }
+        config.tenants = tenants.into_values().map(|t| t.config).collect();
         config.informers.sort_by_key(|i| (i.location.line, i.location.column));
+        config.tenants.sort_by_key(|t| (t.location.line, t.location.column));
         config.plugins.sort_by_key(|p| (p.location.line, p.location.column));
         config
     }
@@ -635,10 +869,208 @@ impl<'a> Cx<'a> {
         })
     }
 
+    /// `fuel_per_call`: `Some(None)` is `"unlimited"`; `None` after an error.
+    fn fuel(&mut self, v: &S<toml::Value>) -> Option<Option<u64>> {
+        match v.get_ref() {
+            toml::Value::Integer(n) if *n > 0 => Some(Some(*n as u64)),
+            toml::Value::String(s) if s == "unlimited" => Some(None),
+            _ => {
+                self.error(v.span(), "`fuel_per_call` must be a positive integer or \"unlimited\"");
+                None
+            }
+        }
+    }
+
+    /// A positive duration.
+    fn deadline(&mut self, v: &S<String>) -> Option<Duration> {
+        let d = self.duration(v, "deadline")?;
+        if d.is_zero() {
+            self.error(v.span(), "`deadline` must be greater than zero");
+            return None;
+        }
+        Some(d)
+    }
+
+    /// A positive size: `"64MiB"` or a number of bytes.
+    fn size(&mut self, v: &S<toml::Value>, what: &str) -> Option<usize> {
+        match v.get_ref() {
+            toml::Value::Integer(n) if *n > 0 => Some(*n as usize),
+            toml::Value::String(s) => match parse_size(s) {
+                Ok(n) if n > 0 => Some(n),
+                Ok(_) => {
+                    self.error(v.span(), format!("`{what}` must be greater than zero"));
+                    None
+                }
+                Err(e) => {
+                    self.error(v.span(), format!("`{what}`: {e}"));
+                    None
+                }
+            },
+            _ => {
+                self.error(v.span(), format!("`{what}` must be a size such as \"64MiB\" or a number of bytes"));
+                None
+            }
+        }
+    }
+
+    /// A positive integer.
+    fn count(&mut self, v: &S<toml::Value>, what: &str) -> Option<usize> {
+        match v.get_ref() {
+            toml::Value::Integer(n) if *n > 0 => Some(*n as usize),
+            _ => {
+                self.error(v.span(), format!("`{what}` must be a positive integer"));
+                None
+            }
+        }
+    }
+
+    fn tenant(&mut self, r: RawTenant, names: &mut HashMap<String, Location>) -> Option<TenantSeen> {
+        let before = self.problems.len();
+        let location = self.location(r.name.span().start);
+        self.name(&r.name, "tenant", names);
+        let mut namespaces: Vec<String> = Vec::new();
+        for ns in r.namespaces.get_ref() {
+            let n = ns.get_ref();
+            if let Err(why) = namespace_problem(n) {
+                self.error(ns.span(), format!("namespace {n:?} {why}"));
+            } else if namespaces.contains(n) {
+                self.error(ns.span(), format!("duplicate namespace {n:?}"));
+            } else {
+                namespaces.push(n.clone());
+            }
+        }
+        let cluster_scoped = r.cluster_scoped.as_ref().is_some_and(|v| *v.get_ref());
+        if r.namespaces.get_ref().is_empty() && !cluster_scoped {
+            self.error(
+                r.namespaces.span(),
+                "the tenant would see no objects: list its namespaces (or set `cluster_scoped = true`)",
+            );
+        }
+        let mut lines = HashMap::new();
+        let mut line_of = |cx: &Self, key: &'static str, span: Range<usize>| {
+            lines.insert(key, cx.location(span.start).line);
+        };
+        let mut t = TenantConfig {
+            name: r.name.get_ref().clone(),
+            namespaces,
+            cluster_scoped,
+            max_plugins: None,
+            fuel_per_call: None,
+            deadline: None,
+            memory: None,
+            max_pending: None,
+            location,
+        };
+        if let Some(v) = &r.max_plugins {
+            t.max_plugins = self.count(v, "max_plugins");
+            line_of(self, "max_plugins", v.span());
+        }
+        if let Some(v) = &r.fuel_per_call {
+            t.fuel_per_call = self.fuel(v).flatten();
+            line_of(self, "fuel_per_call", v.span());
+        }
+        if let Some(v) = &r.deadline {
+            t.deadline = self.deadline(v);
+            line_of(self, "deadline", v.span());
+        }
+        if let Some(v) = &r.memory {
+            t.memory = self.size(v, "memory");
+            line_of(self, "memory", v.span());
+        }
+        if let Some(v) = &r.max_pending {
+            t.max_pending = self.count(v, "max_pending");
+            line_of(self, "max_pending", v.span());
+        }
+        (self.problems.len() == before).then(|| TenantSeen { config: t, lines, plugins: Vec::new() })
+    }
+
+    fn admin(&mut self, r: RawAdmin, header: Range<usize>) -> Option<AdminSettings> {
+        let before = self.problems.len();
+        let location = self.location(header.start);
+        let allow_remote = r.allow_remote.as_ref().is_some_and(|v| *v.get_ref());
+        let addr = match &r.addr {
+            None => DEFAULT_ADMIN_ADDR.parse().ok(),
+            Some(v) => match v.get_ref().parse::<SocketAddr>() {
+                Ok(a) => {
+                    if !a.ip().is_loopback() && !allow_remote {
+                        self.error(
+                            v.span(),
+                            format!(
+                                "`addr` {a} is not a loopback address; the admin API loads code into this \
+                                 process, so serving it beyond this machine needs `allow_remote = true`"
+                            ),
+                        );
+                    }
+                    Some(a)
+                }
+                Err(e) => {
+                    self.error(v.span(), format!("`addr`: {e} (expected e.g. \"{DEFAULT_ADMIN_ADDR}\")"));
+                    None
+                }
+            },
+        };
+        let token = match (&r.token_file, &r.token_env) {
+            (Some(_), Some(e)) => {
+                self.error(e.span(), "give either `token_file` or `token_env`, not both");
+                None
+            }
+            (None, None) => {
+                self.error(
+                    header.clone(),
+                    "`[admin]` needs `token_file` or `token_env`: the bearer token every request must carry",
+                );
+                None
+            }
+            (Some(f), None) => {
+                let path = self.path(f.get_ref());
+                match std::fs::read_to_string(&path) {
+                    Ok(t) if t.trim().is_empty() => {
+                        self.error(f.span(), format!("`token_file` {} is empty", path.display()));
+                        None
+                    }
+                    Ok(t) => Some((Secret(t.trim().to_string()), format!("token_file {}", path.display()))),
+                    Err(e) => {
+                        self.error(f.span(), format!("`token_file`: cannot read {}: {e}", path.display()));
+                        None
+                    }
+                }
+            }
+            (None, Some(e)) => {
+                let name = e.get_ref();
+                match std::env::var(name) {
+                    Ok(t) if t.trim().is_empty() => {
+                        self.error(e.span(), format!("`token_env`: environment variable {name} is empty"));
+                        None
+                    }
+                    Ok(t) => Some((Secret(t.trim().to_string()), format!("token_env {name}"))),
+                    Err(std::env::VarError::NotPresent) => {
+                        self.error(e.span(), format!("`token_env`: environment variable {name} is not set"));
+                        None
+                    }
+                    Err(std::env::VarError::NotUnicode(_)) => {
+                        self.error(e.span(), format!("`token_env`: environment variable {name} is not valid UTF-8"));
+                        None
+                    }
+                }
+            }
+        };
+        let max_upload = match &r.max_upload {
+            Some(v) => self.size(v, "max_upload"),
+            None => Some(crate::admin_api::DEFAULT_MAX_UPLOAD),
+        };
+        if self.problems.len() != before {
+            return None;
+        }
+        let ((token, token_source), addr, max_upload) = (token?, addr?, max_upload?);
+        Some(AdminSettings { addr, allow_remote, token, token_source, max_upload, location })
+    }
+
     fn plugin(
         &mut self,
         r: RawPlugin,
         informers: &HashMap<String, Location>,
+        tenant_names: &HashMap<String, Location>,
+        tenants: &mut HashMap<String, TenantSeen>,
         names: &mut HashMap<String, Location>,
     ) -> Option<PluginConfig> {
         let before = self.problems.len();
@@ -675,32 +1107,115 @@ impl<'a> Cx<'a> {
             );
         }
         let mut limits = Limits::default();
-        if let Some(v) = &r.deadline
-            && let Some(d) = self.duration(v, "deadline")
-        {
-            if d.is_zero() {
-                self.error(v.span(), "`deadline` must be greater than zero");
-            }
+        if let Some(d) = r.deadline.as_ref().and_then(|v| self.deadline(v)) {
             limits.deadline_per_call = d;
         }
-        if let Some(v) = &r.fuel_per_call {
-            match v.get_ref() {
-                toml::Value::Integer(n) if *n > 0 => limits.fuel_per_call = Some(*n as u64),
-                toml::Value::String(s) if s == "unlimited" => limits.fuel_per_call = None,
-                _ => self.error(v.span(), "`fuel_per_call` must be a positive integer or \"unlimited\""),
+        if let Some(f) = r.fuel_per_call.as_ref().and_then(|v| self.fuel(v)) {
+            limits.fuel_per_call = f;
+        }
+        if let Some(m) = r.memory.as_ref().and_then(|v| self.size(v, "memory")) {
+            limits.memory_bytes = m;
+        }
+        let mut max_pending = r.max_pending.as_ref().and_then(|v| self.count(v, "max_pending"));
+        if let Some(tv) = &r.tenant {
+            let tenant = tv.get_ref();
+            if let Some(t) = tenants.get_mut(tenant) {
+                t.plugins.push((r.name.get_ref().clone(), location.line));
+                if let Some(max) = t.config.max_plugins
+                    && t.plugins.len() > max
+                {
+                    let others: Vec<String> =
+                        t.plugins[..t.plugins.len() - 1].iter().map(|(n, l)| format!("{n:?} at line {l}")).collect();
+                    let msg = format!(
+                        "tenant {tenant:?} allows at most {max} plugin(s) (`max_plugins` at line {}), \
+                         and this is plugin number {} of it (before it: {})",
+                        t.lines["max_plugins"],
+                        t.plugins.len(),
+                        others.join(", ")
+                    );
+                    self.error(tv.span(), msg);
+                }
+                let t = &tenants[tenant];
+                let over = |key: &str, asked: String, cap: String| {
+                    format!(
+                        "`{key}` = {asked} exceeds the cap of tenant {tenant:?} ({key} = {cap} at line {}); \
+                         lower it, or raise the tenant's",
+                        t.lines[key]
+                    )
+                };
+                let mut problems = Vec::new();
+                if let Some(cap) = t.config.fuel_per_call {
+                    match (&r.fuel_per_call, limits.fuel_per_call) {
+                        (None, f) => limits.fuel_per_call = Some(f.map_or(cap, |f| f.min(cap))),
+                        (Some(v), None) => {
+                            problems.push((v.span(), over("fuel_per_call", "\"unlimited\"".into(), cap.to_string())))
+                        }
+                        (Some(v), Some(n)) if n > cap => {
+                            problems.push((v.span(), over("fuel_per_call", n.to_string(), cap.to_string())))
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(cap) = t.config.deadline {
+                    match &r.deadline {
+                        None => limits.deadline_per_call = limits.deadline_per_call.min(cap),
+                        Some(v) if limits.deadline_per_call > cap => problems.push((
+                            v.span(),
+                            over(
+                                "deadline",
+                                humantime::format_duration(limits.deadline_per_call).to_string(),
+                                humantime::format_duration(cap).to_string(),
+                            ),
+                        )),
+                        _ => {}
+                    }
+                }
+                if let Some(cap) = t.config.memory {
+                    match &r.memory {
+                        None => limits.memory_bytes = limits.memory_bytes.min(cap),
+                        Some(v) if limits.memory_bytes > cap => problems.push((
+                            v.span(),
+                            over(
+                                "memory",
+                                crate::app::fmt_size(limits.memory_bytes as u64),
+                                crate::app::fmt_size(cap as u64),
+                            ),
+                        )),
+                        _ => {}
+                    }
+                }
+                if let Some(cap) = t.config.max_pending {
+                    match (&r.max_pending, max_pending) {
+                        (None, _) => max_pending = Some(cap),
+                        (Some(v), Some(n)) if n > cap => {
+                            problems.push((v.span(), over("max_pending", n.to_string(), cap.to_string())))
+                        }
+                        _ => {}
+                    }
+                }
+                for (span, msg) in problems {
+                    self.error(span, msg);
+                }
+            } else if !tenant_names.contains_key(tenant) {
+                // (A tenant with problems of its own is known by name.)
+                let mut known: Vec<&String> = tenant_names.keys().collect();
+                known.sort();
+                let known = if known.is_empty() {
+                    "no [[tenant]] is defined".to_string()
+                } else {
+                    format!("defined: {}", quoted(&known.iter().map(|k| k.as_str()).collect::<Vec<_>>()))
+                };
+                self.error(tv.span(), format!("unknown tenant {tenant:?} ({known})"));
             }
         }
-        if let Some(v) = &r.memory {
-            match v.get_ref() {
-                toml::Value::Integer(n) if *n > 0 => limits.memory_bytes = *n as usize,
-                toml::Value::String(s) => match parse_size(s) {
-                    Ok(n) if n > 0 => limits.memory_bytes = n,
-                    Ok(_) => self.error(v.span(), "`memory` must be greater than zero"),
-                    Err(e) => self.error(v.span(), format!("`memory`: {e}")),
-                },
-                _ => self.error(v.span(), "`memory` must be a size such as \"64MiB\" or a number of bytes"),
+        let on_swap = match r.on_swap.as_ref().map(|v| (v, v.get_ref().as_str())) {
+            None | Some((_, "continue")) => OnSwap::Continue,
+            Some((_, "replay")) => OnSwap::Replay,
+            Some((v, other)) => {
+                self.error(v.span(), format!("unknown on_swap {other:?}, expected \"continue\" or \"replay\""));
+                OnSwap::Continue
             }
-        }
+        };
         let mut grants = Grants::default();
         let mut grant_names = Vec::new();
         for g in r.grants.iter().flatten() {
@@ -743,6 +1258,10 @@ impl<'a> Cx<'a> {
             grant_names,
             config_json,
             on_trap,
+            tenant: r.tenant.map(|t| t.into_inner()),
+            watch: r.watch.is_some_and(|w| w.into_inner()),
+            on_swap,
+            max_pending,
             location,
         })
     }
@@ -771,6 +1290,23 @@ impl<'a> Cx<'a> {
         }
         h
     }
+}
+
+/// Why `n` is not a valid namespace name (a DNS-1123 label), if it is not.
+fn namespace_problem(n: &str) -> Result<(), &'static str> {
+    if n.is_empty() {
+        return Err("must not be empty");
+    }
+    if n.len() > 63 {
+        return Err("is longer than 63 characters");
+    }
+    if !n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+        return Err("may contain only lowercase letters, digits and '-'");
+    }
+    if n.starts_with('-') || n.ends_with('-') {
+        return Err("must start and end with a letter or digit");
+    }
+    Ok(())
 }
 
 fn quoted(names: &[&str]) -> String {
@@ -993,7 +1529,7 @@ wasm = "a.wasm"
 informer = "a"
 fule = 3
 
-[tenant]
+[tenants]
 x = 1
 "#;
         let e = f.errors(text);
@@ -1001,7 +1537,7 @@ x = 1
         assert!(e[0].starts_with("host.toml:2:1: unknown field `metrics_adr`"), "{e:?}");
         assert!(e[1].starts_with("host.toml:8:1: unknown field `resyn`"), "{e:?}");
         assert!(e[2].starts_with("host.toml:14:1: unknown field `fule`"), "{e:?}");
-        assert!(e[3].starts_with("host.toml:16:2: unknown section `tenant`"), "{e:?}");
+        assert!(e[3].starts_with("host.toml:16:2: unknown section `tenants`"), "{e:?}");
     }
 
     #[test]
@@ -1158,6 +1694,251 @@ informer = "x"
         let missing = Config::load(f.dir.path().join("nope.toml")).unwrap_err();
         assert_eq!(missing.problems.len(), 1);
         assert!(missing.to_string().contains("nope.toml: cannot read"), "{missing}");
+    }
+
+    const TENANTS: &str = r#"
+[[informer]]
+name = "cms"
+source = "manifests"
+dir = "manifests"
+
+[[tenant]]
+name = "shop"
+namespaces = ["shop", "shop-staging"]
+max_plugins = 2
+fuel_per_call = 1_000_000
+deadline = "200ms"
+memory = "32MiB"
+max_pending = 500
+
+[[tenant]]
+name = "platform"
+namespaces = []
+cluster_scoped = true
+
+[[plugin]]
+name = "audit"
+wasm = "a.wasm"
+informer = "cms"
+tenant = "shop"
+deadline = "100ms"
+watch = true
+on_swap = "replay"
+
+[[plugin]]
+name = "ns-watch"
+wasm = "b.wasm"
+informer = "cms"
+tenant = "platform"
+max_pending = 10
+fuel_per_call = "unlimited"
+
+[[plugin]]
+name = "free"
+wasm = "b.wasm"
+informer = "cms"
+"#;
+
+    #[test]
+    fn tenants_and_effective_limits() {
+        let f = Fixture::new();
+        let c = f.parse(TENANTS).unwrap();
+        assert_eq!(c.tenants.len(), 2);
+        let shop = c.tenant("shop").unwrap();
+        assert_eq!(shop.namespaces, ["shop", "shop-staging"]);
+        assert!(!shop.cluster_scoped);
+        assert_eq!(shop.max_plugins, Some(2));
+        assert_eq!(shop.location, Location { line: 8, column: 8 });
+        assert!(shop.sees(Some("shop")) && !shop.sees(Some("other")) && !shop.sees(None));
+        let platform = c.tenant("platform").unwrap();
+        assert!(platform.sees(None) && !platform.sees(Some("shop")));
+        let vis = shop.visibility();
+        let obj = |json: &str| Object::from_json(json).unwrap();
+        assert!(vis(&obj(r#"{"metadata":{"name":"a","namespace":"shop"}}"#)));
+        assert!(!vis(&obj(r#"{"metadata":{"name":"a","namespace":"bank"}}"#)));
+        assert!(!vis(&obj(r#"{"metadata":{"name":"shop"}}"#)));
+        assert!(platform.visibility()(&obj(r#"{"metadata":{"name":"shop"}}"#)));
+
+        // Its own deadline (stricter); the tenant's fuel, memory and pending cap.
+        let audit = &c.plugins[0];
+        assert_eq!(audit.tenant.as_deref(), Some("shop"));
+        assert!(audit.watch);
+        assert_eq!(audit.on_swap, OnSwap::Replay);
+        assert_eq!(audit.limits.deadline_per_call, Duration::from_millis(100));
+        assert_eq!(audit.limits.fuel_per_call, Some(1_000_000));
+        assert_eq!(audit.limits.memory_bytes, 32 << 20);
+        assert_eq!(audit.max_pending, Some(500));
+        assert_eq!(audit.spec().tenant.as_deref(), Some("shop"));
+        // A tenant without caps: the plugin's own settings.
+        let ns = &c.plugins[1];
+        assert_eq!(ns.limits.fuel_per_call, None);
+        assert_eq!(ns.max_pending, Some(10));
+        assert_eq!(ns.on_swap, OnSwap::Continue);
+        assert!(!ns.watch);
+        let free = &c.plugins[2];
+        assert_eq!((free.tenant.as_deref(), free.max_pending), (None, None));
+        assert_eq!(free.limits, Limits::default());
+        assert!(c.admin.is_none());
+
+        // What needs a reload.
+        let mut changed = audit.clone();
+        assert!(audit.changed_keys(&changed).is_empty());
+        changed.wasm = "elsewhere.wasm".into();
+        changed.watch = false;
+        changed.location = Location::default();
+        assert!(audit.changed_keys(&changed).is_empty());
+        changed.limits.memory_bytes = 1;
+        changed.grants.log = true;
+        assert_eq!(audit.changed_keys(&changed), ["limits", "grants"]);
+    }
+
+    #[test]
+    fn tenant_problems_name_both_lines() {
+        let f = Fixture::new();
+        let text = TENANTS.replace("tenant = \"platform\"", "tenant = \"platfrom\"").replace(
+            "deadline = \"100ms\"",
+            "deadline = \"2s\"\nmemory = \"64MiB\"\nmax_pending = 501\nfuel_per_call = \"unlimited\"",
+        ) + "\n[[plugin]]\nname = \"b\"\nwasm = \"a.wasm\"\ninformer = \"cms\"\ntenant = \"shop\"\n\n\
+               [[plugin]]\nname = \"c\"\nwasm = \"a.wasm\"\ninformer = \"cms\"\ntenant = \"shop\"\n";
+        let e = f.errors(&text);
+        let expect = [
+            "host.toml:26:12: `deadline` = 2s exceeds the cap of tenant \"shop\" (deadline = 200ms at line 12)",
+            "host.toml:27:10: `memory` = 64 MiB exceeds the cap of tenant \"shop\" (memory = 32 MiB at line 13)",
+            "host.toml:28:15: `max_pending` = 501 exceeds the cap of tenant \"shop\" (max_pending = 500 at line 14)",
+            "host.toml:29:17: `fuel_per_call` = \"unlimited\" exceeds the cap of tenant \"shop\" (fuel_per_call = 1000000 at line 11)",
+            "host.toml:37:10: unknown tenant \"platfrom\" (defined: \"platform\", \"shop\")",
+            "host.toml:56:10: tenant \"shop\" allows at most 2 plugin(s) (`max_plugins` at line 10), and this is plugin number 3 of it (before it: \"audit\" at line 22, \"b\" at line 47)",
+        ];
+        assert_eq!(e.len(), expect.len(), "{e:#?}");
+        for (got, want) in e.iter().zip(expect) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn tenant_values() {
+        let f = Fixture::new();
+        let e = f.errors(
+            r#"
+[[tenant]]
+name = "a"
+namespaces = ["Shop", "ok", "ok", "-x"]
+max_plugins = 0
+memory = "lots"
+deadline = "0s"
+max_pending = -3
+
+[[tenant]]
+name = "a"
+namespaces = []
+
+[[tenant]]
+name = "c"
+namespace = ["x"]
+"#,
+        );
+        let expect = [
+            "host.toml:4:15: namespace \"Shop\" may contain only lowercase letters, digits and '-'",
+            "host.toml:4:29: duplicate namespace \"ok\"",
+            "host.toml:4:35: namespace \"-x\" must start and end with a letter or digit",
+            "host.toml:5:15: `max_plugins` must be a positive integer",
+            "host.toml:6:10: `memory`: invalid size \"lots\"",
+            "host.toml:7:12: `deadline` must be greater than zero",
+            "host.toml:8:15: `max_pending` must be a positive integer",
+            "host.toml:11:8: duplicate tenant name \"a\" (first defined at line 3)",
+            "host.toml:12:14: the tenant would see no objects",
+            "host.toml:16:1: unknown field `namespace`",
+        ];
+        assert_eq!(e.len(), expect.len(), "{e:#?}");
+        for (got, want) in e.iter().zip(expect) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn plugin_swap_keys() {
+        let f = Fixture::new();
+        let e = f.errors(
+            "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\n\n\
+             [[plugin]]\nname = \"p\"\nwasm = \"a.wasm\"\ninformer = \"a\"\non_swap = \"later\"\nwatch = \"yes\"\n",
+        );
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("host.toml:11:9: invalid type: string \"yes\", expected a boolean"), "{e:?}");
+        let e = f.errors(
+            "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\n\n\
+             [[plugin]]\nname = \"p\"\nwasm = \"a.wasm\"\ninformer = \"a\"\non_swap = \"later\"\nmax_pending = 0\ntenant = \"t\"\n",
+        );
+        let expect = [
+            "host.toml:10:11: unknown on_swap \"later\", expected \"continue\" or \"replay\"",
+            "host.toml:11:15: `max_pending` must be a positive integer",
+            "host.toml:12:10: unknown tenant \"t\" (no [[tenant]] is defined)",
+        ];
+        assert_eq!(e.len(), expect.len(), "{e:#?}");
+        for (got, want) in e.iter().zip(expect) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn admin_settings() {
+        let f = Fixture::new();
+        std::fs::write(f.dir.path().join("token"), "s3cret\n").unwrap();
+        let c = f.parse("[admin]\ntoken_file = \"token\"\n").unwrap();
+        let a = c.admin.unwrap();
+        assert_eq!(a.addr, DEFAULT_ADMIN_ADDR.parse().unwrap());
+        assert_eq!(a.token.expose(), "s3cret");
+        assert!(!format!("{a:?}").contains("s3cret"));
+        assert_eq!(a.token_source, format!("token_file {}", f.dir.path().join("token").display()));
+        assert_eq!(a.max_upload, crate::admin_api::DEFAULT_MAX_UPLOAD);
+        assert_eq!(a.location, Location { line: 1, column: 2 });
+
+        // SAFETY: tests in this module do not read this variable concurrently.
+        unsafe { std::env::set_var("INFORMER_HOST_TEST_ADMIN_TOKEN", "from-env") };
+        let c = f
+            .parse(
+                "[admin]\naddr = \"0.0.0.0:9000\"\nallow_remote = true\ntoken_env = \"INFORMER_HOST_TEST_ADMIN_TOKEN\"\nmax_upload = \"1MiB\"\n",
+            )
+            .unwrap();
+        let a = c.admin.unwrap();
+        assert_eq!(a.addr, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!((a.token.expose(), a.max_upload), ("from-env", 1 << 20));
+        assert_eq!(a.token_source, "token_env INFORMER_HOST_TEST_ADMIN_TOKEN");
+    }
+
+    #[test]
+    fn admin_problems() {
+        let f = Fixture::new();
+        std::fs::write(f.dir.path().join("empty"), "\n").unwrap();
+        let e = f.errors("[admin]\naddr = \"0.0.0.0:8081\"\n");
+        let expect = [
+            "host.toml:1:2: `[admin]` needs `token_file` or `token_env`",
+            "host.toml:2:8: `addr` 0.0.0.0:8081 is not a loopback address; the admin API loads code into this process, so serving it beyond this machine needs `allow_remote = true`",
+        ];
+        assert_eq!(e.len(), expect.len(), "{e:#?}");
+        for (got, want) in e.iter().zip(expect) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
+        }
+        let e = f.errors("[admin]\ntoken_file = \"nope.token\"\n");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("host.toml:2:14: `token_file`: cannot read "), "{e:?}");
+        assert!(e[0].contains("nope.token"), "{e:?}");
+        let e = f.errors("[admin]\ntoken_env = \"INFORMER_HOST_TEST_SURELY_UNSET\"\n");
+        assert_eq!(e, ["host.toml:2:13: `token_env`: environment variable INFORMER_HOST_TEST_SURELY_UNSET is not set"],);
+        let e =
+            f.errors("[admin]\ntoken_file = \"empty\"\ntoken_env = \"X\"\naddr = \"nowhere\"\nmax_upload = \"big\"\n");
+        let expect = [
+            "host.toml:3:13: give either `token_file` or `token_env`, not both",
+            "host.toml:4:8: `addr`: invalid socket address syntax",
+            "host.toml:5:14: `max_upload`: invalid size \"big\"",
+        ];
+        assert_eq!(e.len(), expect.len(), "{e:#?}");
+        for (got, want) in e.iter().zip(expect) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
+        }
+        let e = f.errors("[admin]\ntoken_file = \"empty\"\n");
+        assert!(e[0].starts_with("host.toml:2:14: `token_file`") && e[0].ends_with("is empty"), "{e:?}");
+        let e = f.errors("admin = 3\n");
+        assert!(e[0].starts_with("host.toml:1:9: `admin` must be a table"), "{e:?}");
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //!
 //! Logging: `--log-format text|json` (or `[host] log_format`), filtered by
 //! `RUST_LOG` (default `info`), written to stderr.
+//!
+//! Signals while `run` runs: SIGINT/SIGTERM shut down in order; SIGHUP
+//! re-reads the config file and applies the plugin changes (an invalid file
+//! is logged and changes nothing).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,6 +41,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Start every informer and plugin of the config; run until SIGINT/SIGTERM.
+    /// SIGHUP re-reads the config and applies the plugin changes.
     Run {
         /// Serve /metrics, /healthz and /readyz here (overrides `[host] metrics_addr`;
         /// port 0 picks a free port, which is logged).

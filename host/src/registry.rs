@@ -16,7 +16,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
-use crate::informer::{InformerError, Registration, SharedIndexInformer};
+use crate::informer::{HandlerOptions, InformerError, Registration, SharedIndexInformer};
 use crate::plugin::{CacheView, LoadedPlugin, PluginError, PluginRuntime, PluginSpec, SwapSlot, Visibility};
 
 /// How a new version takes over from the old one.
@@ -39,8 +39,11 @@ pub struct PluginDef {
     pub informer: String,
     pub resync: Duration,
     pub on_swap: OnSwap,
-    /// Which objects its `cache` import may read (a tenant's namespaces).
+    /// Which objects it receives and its `cache` import may read (a
+    /// tenant's namespaces); the host filters, never the guest.
     pub visibility: Option<Visibility>,
+    /// Pending notifications beyond this are coalesced by key.
+    pub max_pending: Option<usize>,
 }
 
 /// Why a registry operation was refused. Messages say what to do.
@@ -86,6 +89,8 @@ pub struct PluginStatus {
     pub delivered: u64,
     pub failed: u64,
     pub crashed: u64,
+    /// Notifications merged by key because the pending cap was reached.
+    pub coalesced: u64,
     pub restarts: u64,
     pub swaps: u64,
     pub last_error: Option<String>,
@@ -148,7 +153,7 @@ impl PluginRegistry {
         let loaded = Arc::new(self.runtime.load(def.spec.clone())?);
         let mut handler = loaded.handler(Some(Self::cache_view(&def, &informer)))?;
         let slot = handler.swap_slot();
-        let registration = informer.add_named_event_handler(name.clone(), Box::new(handler), def.resync)?;
+        let registration = informer.add_event_handler_with_options(Box::new(handler), handler_options(&def))?;
         let mut plugins = self.plugins.lock();
         if plugins.contains_key(&name) {
             informer.remove_event_handler(&registration)?;
@@ -200,7 +205,7 @@ impl PluginRegistry {
                 // joiner and gets the whole cache as initial-list adds.
                 let slot = handler.swap_slot();
                 informer.remove_event_handler(&e.registration)?;
-                e.registration = informer.add_named_event_handler(name.to_string(), Box::new(handler), def.resync)?;
+                e.registration = informer.add_event_handler_with_options(Box::new(handler), handler_options(&def))?;
                 e.slot = slot;
             }
         }
@@ -245,6 +250,15 @@ impl PluginRegistry {
     }
 }
 
+fn handler_options(def: &PluginDef) -> HandlerOptions {
+    HandlerOptions {
+        name: def.spec.name.clone(),
+        resync_period: def.resync,
+        filter: def.visibility.clone(),
+        max_pending: def.max_pending,
+    }
+}
+
 fn status(name: &str, e: &Entry) -> PluginStatus {
     let st = e.registration.stats();
     let active = e.slot.active_version();
@@ -261,6 +275,7 @@ fn status(name: &str, e: &Entry) -> PluginStatus {
         delivered: st.delivered.load(Ordering::Relaxed),
         failed: st.failed.load(Ordering::Relaxed),
         crashed: st.crashed.load(Ordering::Relaxed),
+        coalesced: st.coalesced.load(Ordering::Relaxed),
         restarts: e.loaded.stats.restarts.load(Ordering::Relaxed),
         swaps: e.swaps,
         last_error: e.last_error.clone(),

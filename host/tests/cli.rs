@@ -635,3 +635,318 @@ fn run_names_the_informer_when_the_kubeconfig_is_unusable() {
     assert!(stderr.contains("host.toml:2:8: informer \"pods\": cannot open its kube source"), "{stderr}");
     assert!(stderr.contains("missing-kubeconfig"), "{stderr}");
 }
+
+// ---------------------------------------------------------------------------
+// tenants, the admin API, SIGHUP and watched wasm files
+
+/// A request over a real socket: (status, body).
+fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<(&str, &[u8])>) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let (ctype, bytes) = body.unwrap_or(("text/plain", b""));
+    head.push_str(&format!("Content-Type: {ctype}\r\nContent-Length: {}\r\n\r\n", bytes.len()));
+    s.write_all(head.as_bytes()).unwrap();
+    // A server refusing an oversized body may answer before reading it all.
+    let _ = s.write_all(bytes);
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let buf = text(&buf);
+    let status = buf.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("bad response {buf:?}"));
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+impl Running {
+    /// The admin API's address from its start-up line.
+    fn api_addr(&mut self) -> SocketAddr {
+        let log = self.wait_for("admin API on http://", 60);
+        let start = log.find("admin API on http://").unwrap() + "admin API on http://".len();
+        let rest = &log[start..];
+        rest[..rest.find('/').unwrap()].parse().unwrap()
+    }
+
+    /// Waits until `needle` occurs at least `n` times in the log.
+    fn wait_for_count(&mut self, needle: &str, n: usize, secs: u64) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let log = self.wait_for(needle, secs);
+            if log.matches(needle).count() >= n {
+                return log;
+            }
+            assert!(Instant::now() < deadline, "fewer than {n} {needle:?} within {secs}s:\n{log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// 1-based line of the first line of `text` equal to `line` after `from`.
+fn line_of(text: &str, line: &str, from: usize) -> usize {
+    text.lines().enumerate().skip(from).find(|(_, l)| *l == line).map(|(i, _)| i + 1).unwrap_or_else(|| {
+        panic!("no line {line:?} in:\n{text}");
+    })
+}
+
+fn toml_path(p: &Path) -> String {
+    format!("{:?}", p.display().to_string())
+}
+
+#[test]
+fn check_accepts_tenants_and_names_every_broken_tenant_setting() {
+    let demo = Demo::new();
+    let event_log = toml_path(&plugin_build::plugin_path("event-log"));
+    let mut config = demo.config();
+    config.push_str(&format!(
+        "\n[[tenant]]\nname = \"shop\"\nnamespaces = [\"shop\"]\nmax_plugins = 1\nmemory = \"8MiB\"\nmax_pending = 100\n\
+         \n[[tenant]]\nname = \"ops\"\nnamespaces = [\"monitoring\"]\ncluster_scoped = true\n\
+         \n[[plugin]]\nname = \"shop-log\"\nwasm = {event_log}\ninformer = \"configmaps\"\ntenant = \"shop\"\n\
+         grants = [\"log\"]\nwatch = true\non_swap = \"replay\"\n"
+    ));
+    demo.set_config(&config);
+    let out = output(&["check", "--config", "host.toml"], demo.dir.path());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "check failed:\n{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.lines().next().unwrap().contains("TENANT"), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("shop-log ")).unwrap_or_else(|| panic!("no shop-log:\n{stdout}"));
+    // The tenant's caps apply to what the plugin left out.
+    assert!(row.contains(" shop ") && row.contains("memory 8 MiB, pending 100"), "{row}");
+    assert!(stdout.contains("host.toml: ok (4 informer(s), 5 plugin(s))"), "{stdout}");
+
+    // Too many plugins for the tenant, an unknown tenant, a plugin asking
+    // for more than its tenant allows, and an admin API without a token.
+    let shop_line = line_of(&config, "name = \"shop\"", 0);
+    let mut broken = config.clone();
+    broken.push_str(&format!(
+        "\n[[plugin]]\nname = \"shop-two\"\nwasm = {event_log}\ninformer = \"configmaps\"\ntenant = \"shop\"\n\
+         memory = \"16MiB\"\n\
+         \n[[plugin]]\nname = \"bank-log\"\nwasm = {event_log}\ninformer = \"configmaps\"\ntenant = \"bank\"\n\
+         \n[admin]\naddr = \"127.0.0.1:0\"\n"
+    ));
+    demo.set_config(&broken);
+    let out = output(&["check", "--config", "host.toml"], demo.dir.path());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = text(&out.stderr);
+    let two = line_of(&broken, "name = \"shop-two\"", 0);
+    let bank = line_of(&broken, "name = \"bank-log\"", 0);
+    let admin = line_of(&broken, "[admin]", 0);
+    let shop_log = line_of(&broken, "name = \"shop-log\"", 0);
+    for want in [
+        format!(
+            "host.toml:{}:10: tenant \"shop\" allows at most 1 plugin(s) (`max_plugins` at line {}), and this is \
+             plugin number 2 of it (before it: \"shop-log\" at line {shop_log})",
+            two + 3,
+            shop_line + 2
+        ),
+        format!(
+            "host.toml:{}:10: `memory` = 16 MiB exceeds the cap of tenant \"shop\" (memory = 8 MiB at line {})",
+            two + 4,
+            shop_line + 3
+        ),
+        format!("host.toml:{}:10: unknown tenant \"bank\" (defined: \"ops\", \"shop\")", bank + 3),
+        format!("host.toml:{admin}:2: `[admin]` needs `token_file` or `token_env`"),
+        "host.toml has 4 problems".to_string(),
+    ] {
+        assert!(stderr.contains(&want), "missing {want:?} in:\n{stderr}");
+    }
+
+    // A token file that is not there is named.
+    demo.set_config(&format!("{config}\n[admin]\ntoken_file = \"secrets/admin.token\"\n"));
+    let out = output(&["check", "--config", "host.toml"], demo.dir.path());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = text(&out.stderr);
+    let line = line_of(&demo.config(), "[admin]", 0) + 1;
+    let want = format!("host.toml:{line}:14: `token_file`: cannot read ");
+    assert!(stderr.contains(&want) && stderr.contains("secrets/admin.token"), "missing {want:?} in:\n{stderr}");
+}
+
+#[test]
+fn run_serves_the_admin_api_with_its_token_only() {
+    let demo = Demo::new();
+    std::fs::write(demo.path("admin.token"), "let-me-in\n").unwrap();
+    let event_log = toml_path(&plugin_build::plugin_path("event-log"));
+    let mut config = demo.config();
+    config.push_str(&format!(
+        "\n[admin]\naddr = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\nmax_upload = \"64KiB\"\n\
+         \n[[tenant]]\nname = \"ops\"\nnamespaces = [\"monitoring\"]\n\
+         \n[[plugin]]\nname = \"ops-log\"\nwasm = {event_log}\ninformer = \"configmaps\"\ntenant = \"ops\"\n\
+         grants = [\"log\"]\n"
+    ));
+    demo.set_config(&config);
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml"]);
+    let metrics = host.admin_addr();
+    let api = host.api_addr();
+    let log = host.wait_for("ready in", 60);
+    assert!(log.contains("bearer token from token_file"), "{log}");
+    assert!(log.contains("5 plugin(s) handled their initial list"), "{log}");
+
+    // No token, a wrong token: 401 with a JSON error. Metrics stay open.
+    for token in [None, Some("let-me-out")] {
+        let (status, body) = http(api, "GET", "/v1/plugins", token, None);
+        assert_eq!(status, 401, "{body}");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(json["error"].as_str().unwrap().contains("bearer token"), "{body}");
+    }
+    assert_eq!(http_get(metrics, "/healthz").0, 200);
+
+    let token = Some("let-me-in");
+    let (status, body) = http(api, "GET", "/v1/plugins", token, None);
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cache-reader", "event-log", "label-audit", "label-audit-pods", "ops-log"], "{body}");
+    let (status, body) = http(api, "GET", "/v1/plugins/ops-log", token, None);
+    assert_eq!(status, 200, "{body}");
+    let ops: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((ops["tenant"].as_str(), ops["informer"].as_str()), (Some("ops"), Some("configmaps")), "{body}");
+    assert_eq!(http(api, "GET", "/v1/plugins/nope", token, None).0, 404);
+    // Uploads past `max_upload` are refused.
+    let big = vec![0u8; 100 << 10];
+    let (status, _) = http(api, "PUT", "/v1/plugins/event-log/wasm", token, Some(("application/wasm", &big)));
+    assert_eq!(status, 413);
+    let (status, body) =
+        http(api, "PUT", "/v1/plugins/event-log/wasm", token, Some(("application/wasm", b"not a component")));
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("is not a WebAssembly component"), "{body}");
+
+    // Unloaded through the API: metrics and readiness follow.
+    let (status, body) = http(api, "DELETE", "/v1/plugins/label-audit-pods", token, None);
+    assert_eq!(status, 204, "{body}");
+    let (_, m) = http_get(metrics, "/metrics");
+    assert!(!m.contains("plugin=\"label-audit-pods\""), "{m}");
+    assert!(m.contains("informer_host_plugin_up{plugin=\"ops-log\",informer=\"configmaps\"} 1"), "{m}");
+    let (status, body) = http_get(metrics, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("label-audit-pods"), "{body}");
+
+    // The tenant's plugin got only its namespace's objects.
+    let ops: Vec<&str> =
+        log.lines().filter(|l| l.contains("plugin=ops-log") && l.contains("added ConfigMap")).collect();
+    assert_eq!(ops.len(), 1, "{ops:#?}\n{log}");
+    assert!(ops[0].contains("monitoring/grafana-dashboards"), "{ops:?}");
+    let (_, body) = http(api, "GET", "/v1/plugins/ops-log", token, None);
+    let ops: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ops["delivered"], 1, "{body}");
+
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn sighup_applies_config_changes_and_survives_a_broken_config() {
+    let demo = Demo::new();
+    let original = demo.config();
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml"]);
+    let addr = host.admin_addr();
+    host.wait_for("ready in", 60);
+
+    // A plugin added: it loads and gets the cache as initial-list adds.
+    let event_log = toml_path(&plugin_build::plugin_path("event-log"));
+    let added = format!(
+        "{original}\n[[plugin]]\nname = \"second-log\"\nwasm = {event_log}\ninformer = \"configmaps\"\ngrants = [\"log\"]\n"
+    );
+    demo.set_config(&added);
+    host.signal("HUP");
+    let log = host.wait_for("reloaded host.toml", 60);
+    for want in [
+        "plugin{name=second-log}: added to the config: loading it",
+        "plugin{name=second-log}: loaded event_log.wasm",
+        "reloaded host.toml: 1 plugin(s) added, 0 removed, 0 swapped, 0 reloaded, 4 unchanged, 0 failed",
+    ] {
+        assert!(log.contains(want), "missing {want:?} in:\n{log}");
+    }
+    host.wait_for("added ConfigMap shop/feature-flags at rv 3 (initial list) plugin=second-log", 30);
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("[+]plugin second-log: synced"), "{body}");
+
+    // A broken config: every problem is logged, nothing changes.
+    let broken = added
+        .replace("informer = \"pods\"\n", "informer = \"pods\"\nfule = 3\n")
+        .replace("name = \"second-log\"\n", "name = \"second-log\"\ntenant = \"nobody\"\n");
+    demo.set_config(&broken);
+    host.signal("HUP");
+    let log = host.wait_for("nothing was changed", 60);
+    let fule = line_of(&broken, "fule = 3", 0);
+    let nobody = line_of(&broken, "tenant = \"nobody\"", 0);
+    for want in [
+        format!("host.toml:{fule}:1: unknown field `fule`"),
+        format!("host.toml:{nobody}:10: unknown tenant \"nobody\" (no [[tenant]] is defined)"),
+        "host.toml has 2 problems; nothing was changed, the host keeps running as it was".to_string(),
+    ] {
+        assert!(log.contains(&want), "missing {want:?} in:\n{log}");
+    }
+    assert_eq!(http_get(addr, "/healthz").0, 200);
+    assert!(http_get(addr, "/readyz").1.contains("[+]plugin second-log: synced"));
+
+    // Removed, limits changed, informer changed: unload, unload + load,
+    // and a refusal to touch the informer.
+    let changed = original
+        .replace("fuel_per_call = 10_000_000\n", "fuel_per_call = 20_000_000\n")
+        .replace("kind = \"Namespace\"\n", "kind = \"Namespace\"\nresync = \"1m\"\n");
+    assert_ne!(changed, original);
+    demo.set_config(&changed);
+    host.signal("HUP");
+    let log = host.wait_for_count("reloaded host.toml", 2, 60);
+    for want in [
+        "informer changes need a restart (informer \"namespaces\" changed)",
+        "plugin{name=second-log}: removed from the config: unloaded",
+        "plugin{name=event-log}: limits changed: reloading it (unload + load)",
+        "reloaded host.toml: 0 plugin(s) added, 1 removed, 0 swapped, 1 reloaded, 3 unchanged, 0 failed",
+    ] {
+        assert!(log.contains(want), "missing {want:?} in:\n{log}");
+    }
+    assert_eq!(log.matches("plugin{name=event-log}: loaded event_log.wasm").count(), 2, "{log}");
+    let (_, metrics) = http_get(addr, "/metrics");
+    assert!(!metrics.contains("plugin=\"second-log\""), "{metrics}");
+    assert!(metrics.contains("informer_host_plugin_up{plugin=\"event-log\",informer=\"configmaps\"} 1"), "{metrics}");
+
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn a_watched_plugin_is_swapped_when_its_wasm_file_changes() {
+    let demo = Demo::new();
+    let wasm = demo.path("swapper.wasm");
+    std::fs::copy(plugin_build::plugin_path("swap-v1"), &wasm).unwrap();
+    let mut config = demo.config();
+    config.push_str(
+        "\n[[plugin]]\nname = \"swapper\"\nwasm = \"swapper.wasm\"\ninformer = \"configmaps\"\ngrants = [\"log\"]\n\
+         watch = true\non_swap = \"replay\"\n",
+    );
+    demo.set_config(&config);
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml"]);
+    let addr = host.admin_addr();
+    let log = host.wait_for("ready in", 60);
+    assert!(log.contains("plugin{name=swapper}: watching"), "{log}");
+    assert!(log.contains("v1 add shop/feature-flags rv=3 initial=true"), "{log}");
+
+    // Like `cargo build` writing the new component in place.
+    std::fs::copy(plugin_build::plugin_path("swap-v2"), &wasm).unwrap();
+    let log = host.wait_for("swapped to version", 60);
+    assert!(log.contains("(swapper.wasm changed; on_swap = replay; version "), "{log}");
+    // Replay: the new version gets the whole cache.
+    host.wait_for("v2 add shop/feature-flags rv=3 initial=true", 30);
+    let log = host.wait_for("v2 add monitoring/grafana-dashboards rv=1 initial=true", 30);
+    assert!(!log.contains("v2 update"), "{log}");
+
+    // A broken file: the swap fails and v2 keeps serving.
+    let tmp = demo.path(".swapper.wasm.tmp");
+    std::fs::write(&tmp, b"not a component").unwrap();
+    std::fs::rename(&tmp, &wasm).unwrap();
+    host.wait_for("swapper.wasm changed, but the new version cannot be swapped in", 30);
+    let flags = demo.path("manifests/feature-flags.yaml");
+    let edited = std::fs::read_to_string(&flags).unwrap().replace("new-checkout: \"false\"", "new-checkout: \"true\"");
+    std::fs::write(&flags, edited).unwrap();
+    host.wait_for("v2 update shop/feature-flags rv=3->", 30);
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("[+]plugin swapper: synced"), "{body}");
+
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("v1 update"), "{log}");
+}

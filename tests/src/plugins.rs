@@ -28,6 +28,10 @@ impl Log {
     pub fn lines(&self) -> Vec<String> {
         self.0.lock().iter().map(|(_, l)| l.clone()).collect()
     }
+    /// Every line with the instant it arrived.
+    pub fn timed_lines(&self) -> Vec<(Instant, String)> {
+        self.0.lock().clone()
+    }
     /// Lines other than `init …`.
     pub fn events(&self) -> Vec<String> {
         self.lines().into_iter().filter(|l| !l.starts_with("init ")).collect()

@@ -15,6 +15,7 @@ fn def(name: &str, plugin: &str, log: &Log, on_swap: OnSwap) -> PluginDef {
         resync: Duration::ZERO,
         on_swap,
         visibility: None,
+        max_pending: None,
     }
 }
 

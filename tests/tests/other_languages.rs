@@ -1,12 +1,15 @@
-//! End to end: plugins written in Python (componentize-py) and JavaScript
-//! (componentize-js), built by `plugins/build-other-languages.sh`, run side
-//! by side with their Rust twins on one real informer over the memory
-//! source, and must log exactly the same lines.
+//! End to end: plugins written in Python (componentize-py), JavaScript
+//! (componentize-js) and C (clang for wasm32-wasi, wit-bindgen-c and
+//! wit-component through `tests/c-plugin-build`), built by
+//! `plugins/build-other-languages.sh`, run side by side with their Rust twins
+//! on one real informer over the memory source, and must log exactly the
+//! same lines.
 //!
 //! The script runs once per test process and installs its toolchains on the
-//! first run (PyPI, npm); after that it only rebuilds what changed. The
-//! components are large (12 to 18 MB), so the runtime keeps its compiled
-//! code in `target/wasm-cache` and every test loads each plugin once.
+//! first run (PyPI, npm, Debian, crates.io); after that it only rebuilds what
+//! changed. The Python and JavaScript components are large (12 to 18 MB), so
+//! the runtime keeps its compiled code in `target/wasm-cache` and every test
+//! loads each plugin once.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,7 +27,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// The non-Rust recorders, by folder under `plugins/`.
-const RECORDERS: [&str; 2] = ["python-recorder", "js-recorder"];
+const RECORDERS: [&str; 3] = ["python-recorder", "js-recorder", "c-recorder"];
 
 /// Lines a plugin logged, with the instant and level of each.
 #[derive(Clone, Default)]
@@ -105,7 +108,7 @@ fn runtime() -> &'static PluginRuntime {
 }
 
 fn is_other_language(plugin: &str) -> bool {
-    plugin.starts_with("python-") || plugin.starts_with("js-")
+    ["python-", "js-", "c-"].iter().any(|language| plugin.starts_with(language))
 }
 
 fn spec(plugin: &str, log: &Log) -> PluginSpec {
@@ -230,10 +233,15 @@ async fn js_recorder_logs_what_the_rust_recorder_logs() {
     same_sequence_as_the_rust_recorder("js-recorder").await;
 }
 
-/// An exception escaping `other` (configured to throw on `bad`) is handled
-/// like the Rust `panic-on` plugin's panic on the same object: that
-/// notification skipped, delivery resumed a second later, in a fresh
-/// instance (init logged again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_recorder_logs_what_the_rust_recorder_logs() {
+    same_sequence_as_the_rust_recorder("c-recorder").await;
+}
+
+/// An exception escaping `other` (configured to throw on `bad`; in C a
+/// trap, `abort()`) is handled like the Rust `panic-on` plugin's panic on the
+/// same object: that notification skipped, delivery resumed a second later,
+/// in a fresh instance (init logged again).
 async fn exception_is_handled_like_a_rust_panic(other: &str) {
     let src = MemorySource::new();
     let (plog, olog) = (Log::default(), Log::default());
@@ -274,9 +282,15 @@ async fn js_throw_is_handled_like_a_rust_panic() {
     exception_is_handled_like_a_rust_panic("js-recorder").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_trap_is_handled_like_a_rust_panic() {
+    exception_is_handled_like_a_rust_panic("c-recorder").await;
+}
+
 /// An error the guest returns on purpose (Python `informer_guest.Error`, JS
-/// `PluginError`) is an `err` result, as a Rust plugin's `Err`: counted as
-/// failed, no trap, no restart; in `init` it refuses the load.
+/// `PluginError`, C `ig_error`) is an `err` result, as a Rust plugin's
+/// `Err`: counted as failed, no trap, no restart; in `init` it refuses the
+/// load.
 async fn returned_errors_are_results_not_traps(other: &str) {
     let mut bad = spec(other, &Log::default());
     bad.config_json = "{not json".into();
@@ -316,6 +330,11 @@ async fn python_errors_are_results_not_traps() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_errors_are_results_not_traps() {
     returned_errors_are_results_not_traps("js-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_errors_are_results_not_traps() {
+    returned_errors_are_results_not_traps("c-recorder").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,67 +424,166 @@ fn rss_bytes() -> u64 {
     line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
 
-/// Figures per language, not assertions:
-/// `cargo test -p e2e --test other_languages -- --ignored --nocapture bench`.
+/// The language of a plugin folder, by its prefix (Rust has none).
+fn language(plugin: &str) -> &'static str {
+    ["python", "js", "c"].into_iter().find(|l| plugin.starts_with(&format!("{l}-"))).unwrap_or("rust")
+}
+
+/// What [`measure`] found for one plugin.
+struct Figures {
+    plugin: String,
+    size_bytes: u64,
+    /// Compiled from scratch (a runtime without a disk cache).
+    compile: Duration,
+    /// Loaded from the disk cache, as a restarted host sees it.
+    from_disk_cache: Duration,
+    /// Instantiation from the `InstancePre` plus `init`: the median of
+    /// [`INSTANCES`].
+    instantiate: Duration,
+    rss_per_instance: u64,
+    /// Initial adds of [`OBJECTS`] objects on one informer, per second.
+    adds_per_sec: f64,
+    /// Lines the plugin logged in all.
+    lines: usize,
+}
+
+const INSTANCES: usize = 20;
+const OBJECTS: usize = 5_000;
+
+/// Loads `plugin` without and with the disk cache, makes [`INSTANCES`]
+/// instances of it, then registers it on an informer holding [`OBJECTS`]
+/// config maps and times their initial adds.
+async fn measure(plugin: &str) -> Figures {
+    let lines = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut s = spec(plugin, &Log::default());
+    let counter = lines.clone();
+    s.log_sink = Some(LogSink(Arc::new(move |_: Level, _: &str| {
+        counter.fetch_add(1, Ordering::Relaxed);
+    })));
+    // Compiled from scratch: a runtime without a disk cache.
+    let fresh = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+    let loaded = fresh.load(s.clone()).unwrap();
+    assert!(!loaded.info.from_cache);
+    // Compiled code from the disk cache (as a restarted host sees it).
+    let _ = try_load(s.clone()).unwrap();
+    let cached_rt = PluginRuntime::new(RuntimeConfig { cache_dir: Some(repo().join("target/wasm-cache")) }).unwrap();
+    let cached = cached_rt.load(s.clone()).unwrap();
+    assert!(cached.info.from_cache);
+
+    let before = rss_bytes();
+    let mut handlers = Vec::new();
+    let mut times = Vec::new();
+    for _ in 0..INSTANCES {
+        let h = loaded.handler(None).unwrap();
+        times.push(h.instantiate_time());
+        handlers.push(h);
+    }
+    let rss_per_instance = rss_bytes().saturating_sub(before) / INSTANCES as u64;
+    drop(handlers);
+    times.sort();
+
+    let src = MemorySource::new();
+    for i in 0..OBJECTS {
+        cm(&src, &format!("o{i}"), "x");
+    }
+    let run = Running::start(&src);
+    eventually("informer synced", || run.informer.has_synced()).await;
+    let started = Instant::now();
+    let reg = run.add(&loaded);
+    eventually("initial adds", || reg.has_synced()).await;
+    let elapsed = started.elapsed();
+    assert_eq!(reg.stats().delivered.load(Ordering::Relaxed), OBJECTS as u64, "{plugin}");
+    assert_eq!(reg.stats().crashed.load(Ordering::Relaxed) + reg.stats().failed.load(Ordering::Relaxed), 0);
+    run.stop().await;
+    Figures {
+        plugin: plugin.to_owned(),
+        size_bytes: loaded.info.size_bytes,
+        compile: loaded.info.compile_time,
+        from_disk_cache: cached.info.compile_time,
+        instantiate: times[INSTANCES / 2],
+        rss_per_instance,
+        adds_per_sec: OBJECTS as f64 / elapsed.as_secs_f64(),
+        lines: lines.load(Ordering::Relaxed),
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+/// One line of figures per plugin.
+fn table(rows: &[Figures]) -> String {
+    let mut out = format!(
+        "{:<16} {:>9} {:>10} {:>11} {:>12} {:>13} {:>10}\n",
+        "plugin", "size MB", "compile s", "disk ms", "instance ms", "RSS/inst MiB", "adds/s"
+    );
+    for f in rows {
+        out.push_str(&format!(
+            "{:<16} {:>9.3} {:>10.2} {:>11.1} {:>12.2} {:>13.2} {:>10.0}\n",
+            f.plugin,
+            f.size_bytes as f64 / 1e6,
+            f.compile.as_secs_f64(),
+            f.from_disk_cache.as_secs_f64() * 1e3,
+            f.instantiate.as_secs_f64() * 1e3,
+            mib(f.rss_per_instance),
+            f.adds_per_sec,
+        ));
+    }
+    out
+}
+
+/// Figures of the recorders per language, not assertions:
+/// `cargo test -p e2e --test other_languages -- --ignored --nocapture bench_recorders`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: run by hand"]
 async fn bench_recorders_per_language() {
-    const INSTANCES: usize = 20;
-    const OBJECTS: usize = 5_000;
     let mut rows = Vec::new();
-    for plugin in ["recorder", "python-recorder", "js-recorder"] {
-        let lines = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let mut s = spec(plugin, &Log::default());
-        let counter = lines.clone();
-        s.log_sink = Some(LogSink(Arc::new(move |_: Level, _: &str| {
-            counter.fetch_add(1, Ordering::Relaxed);
-        })));
-        // Compiled from scratch: a runtime without a disk cache.
-        let fresh = PluginRuntime::new(RuntimeConfig::default()).unwrap();
-        let loaded = fresh.load(s.clone()).unwrap();
-        assert!(!loaded.info.from_cache);
-        let compile = loaded.info.compile_time;
-        // Compiled code from the disk cache (as a restarted host sees it).
-        let _ = try_load(s.clone()).unwrap();
-        let cached_rt =
-            PluginRuntime::new(RuntimeConfig { cache_dir: Some(repo().join("target/wasm-cache")) }).unwrap();
-        let cached = cached_rt.load(s.clone()).unwrap();
-        assert!(cached.info.from_cache);
-
-        let before = rss_bytes();
-        let mut handlers = Vec::new();
-        let mut times = Vec::new();
-        for _ in 0..INSTANCES {
-            let h = loaded.handler(None).unwrap();
-            times.push(h.instantiate_time());
-            handlers.push(h);
-        }
-        let per_instance = rss_bytes().saturating_sub(before) / INSTANCES as u64;
-        drop(handlers);
-        times.sort();
-
-        let src = MemorySource::new();
-        for i in 0..OBJECTS {
-            cm(&src, &format!("o{i}"), "x");
-        }
-        let run = Running::start(&src);
-        eventually("informer synced", || run.informer.has_synced()).await;
-        let started = Instant::now();
-        let reg = run.add(&loaded);
-        eventually("initial adds", || reg.has_synced()).await;
-        let elapsed = started.elapsed();
+    for plugin in ["recorder"].iter().chain(&RECORDERS) {
+        let f = measure(plugin).await;
         // An init per instance (3 loads, the handlers, the registration), a line per add.
-        assert_eq!(lines.load(Ordering::Relaxed), 3 + INSTANCES + 1 + OBJECTS, "{plugin}");
-        run.stop().await;
-        rows.push(format!(
-            "{plugin:<16} {:>7.1} MB  compile {:>7.2} s  from disk cache {:>6.1} ms  instantiate {:>6.2} ms (median of {INSTANCES})  RSS/instance {:>6.2} MiB  {:>8.0} adds/s",
-            loaded.info.size_bytes as f64 / 1e6,
-            compile.as_secs_f64(),
-            cached.info.compile_time.as_secs_f64() * 1e3,
-            times[INSTANCES / 2].as_secs_f64() * 1e3,
-            per_instance as f64 / (1 << 20) as f64,
-            OBJECTS as f64 / elapsed.as_secs_f64(),
+        assert_eq!(f.lines, 3 + INSTANCES + 1 + OBJECTS, "{plugin}");
+        rows.push(f);
+    }
+    eprintln!("\n{}", table(&rows));
+}
+
+/// The figures of issue 6, not assertions: per language, side by side in
+/// one run, the no-op and the metadata-only handler (`noop`, `metadata` and
+/// their twins `<language>-noop`, `<language>-metadata`):
+/// `cargo test -p e2e --test other_languages -- --ignored --nocapture bench_noop_and_metadata`.
+///
+/// Size, compile time (no cache), instantiate time (from the `InstancePre`,
+/// with `init`; median of 20) and RSS per instance are the no-op plugin's;
+/// notifications/s are initial adds of 5,000 objects on one informer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run by hand"]
+async fn bench_noop_and_metadata_per_language() {
+    let mut rows = Vec::new();
+    for lang in ["rust", "python", "js", "c"] {
+        for handler in ["noop", "metadata"] {
+            let plugin = if lang == "rust" { handler.to_owned() } else { format!("{lang}-{handler}") };
+            assert_eq!(language(&plugin), lang);
+            let f = measure(&plugin).await;
+            assert_eq!(f.lines, 0, "{plugin} logs nothing");
+            rows.push(f);
+        }
+    }
+    let mut summary = format!(
+        "{:<8} {:>9} {:>10} {:>12} {:>13} {:>12} {:>12}\n",
+        "language", "size MB", "compile s", "instance ms", "RSS/inst MiB", "noop/s", "metadata/s"
+    );
+    for pair in rows.chunks(2) {
+        let (noop, metadata) = (&pair[0], &pair[1]);
+        summary.push_str(&format!(
+            "{:<8} {:>9.3} {:>10.2} {:>12.2} {:>13.2} {:>12.0} {:>12.0}\n",
+            language(&noop.plugin),
+            noop.size_bytes as f64 / 1e6,
+            noop.compile.as_secs_f64(),
+            noop.instantiate.as_secs_f64() * 1e3,
+            mib(noop.rss_per_instance),
+            noop.adds_per_sec,
+            metadata.adds_per_sec,
         ));
     }
-    eprintln!("\n{}", rows.join("\n"));
+    eprintln!("\n{}\n{summary}", table(&rows));
 }

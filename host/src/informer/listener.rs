@@ -9,7 +9,6 @@
 //! and is read at this handler's own pace, so a slow handler never blocks
 //! the informer or another handler. It may not touch the store or the FIFO.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -18,8 +17,13 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
+use super::bounded_queue::BoundedQueue;
 use super::handler::{Delivery, HandlerError, Notification, ResourceEventHandler};
 use super::notification_log::{Cursor, Log};
+use super::object::Object;
+
+/// Decides which objects a handler receives (e.g. a tenant's namespaces).
+pub type ObjectFilter = Arc<dyn Fn(&Object) -> bool + Send + Sync>;
 
 /// How long a listener waits after a crashed notification (client-go's
 /// `wait.Until(..., 1*time.Second, ...)`).
@@ -37,6 +41,9 @@ pub struct ListenerStats {
     pub failed: AtomicU64,
     /// Notifications skipped because the handler crashed.
     pub crashed: AtomicU64,
+    /// Notifications merged into another of the same key (or cancelled)
+    /// because the handler's pending cap was reached.
+    pub coalesced: AtomicU64,
 }
 
 struct Resync {
@@ -68,8 +75,14 @@ pub struct ProcessorListener {
     name: String,
     log: Arc<Log>,
     /// Notifications for this listener only (a late joiner's copy of the
-    /// cache); delivered before anything from the log.
-    private: Mutex<VecDeque<Notification>>,
+    /// cache; everything, for a listener with its own queue); delivered
+    /// before anything from the log.
+    private: Mutex<BoundedQueue>,
+    /// Set for a listener with a filter or a pending cap: it does not read
+    /// the shared log (which a stalled reader would keep alive); the
+    /// processor hands it what passes its filter, into `private`.
+    own_queue: bool,
+    filter: Option<ObjectFilter>,
     /// This listener's place in the log, from the moment it was attached;
     /// the delivery task takes it.
     cursor: Mutex<Option<Cursor>>,
@@ -99,12 +112,16 @@ impl ProcessorListener {
         upstream_synced: SyncedFn,
         blocking: Arc<Semaphore>,
         log: Arc<Log>,
+        filter: Option<ObjectFilter>,
+        max_pending: Option<usize>,
     ) -> Arc<Self> {
         Arc::new(ProcessorListener {
             id,
             name,
             log,
-            private: Mutex::new(VecDeque::new()),
+            private: Mutex::new(BoundedQueue::new(max_pending.unwrap_or(usize::MAX))),
+            own_queue: filter.is_some() || max_pending.is_some(),
+            filter,
             cursor: Mutex::new(None),
             consumed: AtomicU64::new(0),
             wake: Notify::new(),
@@ -138,6 +155,9 @@ impl ProcessorListener {
             return 0;
         }
         let private = self.private.lock().len();
+        if self.own_queue {
+            return private;
+        }
         let consumed = self.consumed.load(Ordering::Acquire);
         private + self.log.appended().saturating_sub(consumed) as usize
     }
@@ -147,14 +167,51 @@ impl ProcessorListener {
     pub fn has_synced(&self) -> bool {
         (self.upstream_synced)()
             && self.private_initial.load(Ordering::Acquire) == 0
-            && self.consumed.load(Ordering::Acquire) >= self.log.initial_end()
+            && (self.own_queue || self.consumed.load(Ordering::Acquire) >= self.log.initial_end())
+    }
+
+    /// True when the listener takes notifications into its own queue.
+    pub(crate) fn has_own_queue(&self) -> bool {
+        self.own_queue
     }
 
     /// Starts reading the log from its current end. Called once, by the
     /// processor, when the listener is added.
     pub(crate) fn attach(&self, cursor: Cursor) {
         self.consumed.store(cursor.seq(), Ordering::Release);
-        *self.cursor.lock() = Some(cursor);
+        if !self.own_queue {
+            *self.cursor.lock() = Some(cursor);
+        }
+    }
+
+    fn passes(&self, n: &Notification) -> bool {
+        let Some(f) = &self.filter else { return true };
+        match n {
+            Notification::Add { obj, .. } => f(obj),
+            Notification::Update { new, .. } => f(new),
+            Notification::Delete(d) => f(d.object()),
+        }
+    }
+
+    /// Queues one notification into the listener's own queue (filtered,
+    /// coalesced over the cap). The processor's flush wakes the listener.
+    pub(crate) fn offer(&self, n: &Notification) {
+        if self.is_closed() || !self.passes(n) {
+            return;
+        }
+        let mut q = self.private.lock();
+        self.push_private(&mut q, n.clone());
+    }
+
+    fn push_private(&self, q: &mut BoundedQueue, n: Notification) {
+        if n.is_initial() {
+            self.private_initial.fetch_add(1, Ordering::AcqRel);
+        }
+        let c = q.push(n);
+        if c.removed > 0 {
+            self.stats.coalesced.fetch_add(c.removed as u64, Ordering::Relaxed);
+            self.private_initial.fetch_sub(c.removed_initial, Ordering::AcqRel);
+        }
     }
 
     /// Queues notifications for this listener only; never blocks.
@@ -164,10 +221,9 @@ impl ProcessorListener {
         }
         let mut q = self.private.lock();
         for n in notifications {
-            if n.is_initial() {
-                self.private_initial.fetch_add(1, Ordering::AcqRel);
+            if self.passes(&n) {
+                self.push_private(&mut q, n);
             }
-            q.push_back(n);
         }
         drop(q);
         self.wake.notify_one();
@@ -182,7 +238,7 @@ impl ProcessorListener {
     /// listener's hold on the log).
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        *self.private.lock() = VecDeque::new();
+        self.private.lock().clear();
         *self.cursor.lock() = None;
         self.wake.notify_one();
     }
@@ -216,10 +272,10 @@ impl ProcessorListener {
 
     /// Delivers up to `MAX_BATCH` notifications: the private queue first,
     /// then the log. Stops early when caught up or when a call crashes.
-    fn deliver_batch(&self, handler: &mut dyn ResourceEventHandler, cursor: &mut Cursor) -> Round {
+    fn deliver_batch(&self, handler: &mut dyn ResourceEventHandler, cursor: &mut Option<Cursor>) -> Round {
         let mut delivered = 0;
         while delivered < MAX_BATCH {
-            let Some(n) = self.private.lock().pop_front() else { break };
+            let Some(n) = self.private.lock().pop() else { break };
             if self.is_closed() {
                 return Round::Closed;
             }
@@ -234,6 +290,9 @@ impl ProcessorListener {
             }
             delivered += 1;
         }
+        let Some(cursor) = cursor else {
+            return if delivered < MAX_BATCH { Round::Idle } else { Round::More };
+        };
         while delivered < MAX_BATCH {
             if self.is_closed() {
                 return Round::Closed;
@@ -260,7 +319,10 @@ impl ProcessorListener {
     /// when the listener is closed.
     pub(crate) async fn run(self: Arc<Self>) {
         let Some(mut handler) = self.handler.lock().take() else { return };
-        let Some(mut cursor) = self.cursor.lock().take() else { return };
+        let mut cursor = self.cursor.lock().take();
+        if cursor.is_none() && !self.own_queue {
+            return;
+        }
         let mode = handler.delivery();
         loop {
             let round = match mode {
@@ -294,7 +356,7 @@ impl ProcessorListener {
                     if self.is_closed() {
                         return;
                     }
-                    if !cursor.has_next() && self.private.lock().is_empty() {
+                    if !cursor.as_ref().is_some_and(|c| c.has_next()) && self.private.lock().len() == 0 {
                         notified.await;
                     }
                 }

@@ -5,6 +5,7 @@
 //! `crate::source`): sources implement [`ListerWatcher`], handlers implement
 //! [`ResourceEventHandler`].
 
+mod bounded_queue;
 mod delta_fifo;
 mod handler;
 mod listener;
@@ -18,12 +19,12 @@ mod store;
 
 pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, Popped, Queue, TransformFunc};
 pub use handler::{Delivery, FnHandler, HandlerError, HandlerFuncs, Notification, ResourceEventHandler};
-pub use listener::{CRASH_BACKOFF, ListenerStats, Registration};
+pub use listener::{CRASH_BACKOFF, ListenerStats, ObjectFilter, Registration};
 pub use lister_watcher::{
     Backoff, ExponentialBackoff, ListResult, ListerWatcher, SourceError, WatchEvent, WatchStream,
 };
 pub use object::{DeletedObject, Object, ObjectError, ObjectRef};
 pub use processor::{MINIMUM_RESYNC_PERIOD, determine_resync_period};
 pub use reflector::WatchErrorHandler;
-pub use shared_informer::{InformerError, InformerOptions, SharedIndexInformer};
+pub use shared_informer::{HandlerOptions, InformerError, InformerOptions, SharedIndexInformer};
 pub use store::{IndexError, IndexFunc, Indexer, NAMESPACE_INDEX};

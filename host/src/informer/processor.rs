@@ -55,6 +55,8 @@ struct Listeners {
     /// The runtime `run` was called on, while started: listeners added
     /// later (from any thread) are spawned there.
     runtime: Option<Handle>,
+    /// How many listeners take notifications into their own queue.
+    own_queues: usize,
 }
 
 impl Listeners {
@@ -88,6 +90,9 @@ impl SharedProcessor {
     pub(crate) fn add_listener(&self, listener: Arc<ProcessorListener>) {
         let mut l = self.listeners.write();
         listener.attach(self.log.cursor());
+        if listener.has_own_queue() {
+            l.own_queues += 1;
+        }
         if let Some(runtime) = &l.runtime {
             self.tasks.spawn_on(listener.clone().run(), runtime);
         }
@@ -101,6 +106,9 @@ impl SharedProcessor {
         let mut l = self.listeners.write();
         let Some(pos) = l.entries.iter().position(|e| Arc::ptr_eq(&e.listener, listener)) else { return false };
         let e = l.entries.remove(pos);
+        if e.listener.has_own_queue() {
+            l.own_queues -= 1;
+        }
         l.new_round();
         e.listener.close();
         true
@@ -114,6 +122,11 @@ impl SharedProcessor {
         let l = self.listeners.read();
         if l.entries.is_empty() {
             return;
+        }
+        if l.own_queues > 0 {
+            for e in l.entries.iter().filter(|e| e.listener.has_own_queue() && (!sync || e.syncing)) {
+                e.listener.offer(&n);
+            }
         }
         let round = sync.then(|| l.round.clone());
         self.log.append(notification_log::Entry { notification: n, round });
@@ -147,6 +160,7 @@ impl SharedProcessor {
             for e in l.entries.drain(..) {
                 e.listener.close();
             }
+            l.own_queues = 0;
             l.new_round();
             l.runtime = None;
         }

@@ -2,9 +2,11 @@
 //!
 //! This module owns the informer's life cycle (run until cancelled, then
 //! stopped for good), `HandleDeltas` (store update, then distribution while
-//! `block_deltas` is held), handler registration including late joiners,
-//! and resync timing. It wires the reflector, the FIFO, the store and the
-//! processor; it knows nothing of wasm or of any transport.
+//! `block_deltas` is held), when listeners are woken (in bursts: before the
+//! process loop waits for the FIFO, and every `FLUSH_EVERY` keys while it is
+//! busy), handler registration including late joiners, and resync timing.
+//! It wires the reflector, the FIFO, the store and the processor; it knows
+//! nothing of wasm or of any transport.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::delta_fifo::{DeltaFifo, DeltaObject, DeltaType, Popped, Queue, TransformFunc};
 use super::handler::{Notification, ResourceEventHandler};
-use super::listener::{ProcessorListener, Registration};
+use super::listener::{ObjectFilter, ProcessorListener, Registration};
 use super::lister_watcher::{ListerWatcher, SourceError};
 use super::object::DeletedObject;
 use super::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
@@ -36,6 +38,27 @@ pub enum InformerError {
     AlreadyStarted,
     #[error(transparent)]
     Index(#[from] IndexError),
+}
+
+/// How one handler is registered.
+#[derive(Clone, Default)]
+pub struct HandlerOptions {
+    /// Name used in logs and metrics.
+    pub name: String,
+    /// Resync period (client-go's rules apply; 0: none).
+    pub resync_period: Duration,
+    /// Only notifications about objects this accepts are delivered (the
+    /// host filters; the handler never sees the others).
+    pub filter: Option<ObjectFilter>,
+    /// Pending notifications beyond this are coalesced by key (client-go's
+    /// buffer is unbounded; `None` keeps that).
+    pub max_pending: Option<usize>,
+}
+
+impl HandlerOptions {
+    pub fn named(name: impl Into<String>) -> Self {
+        HandlerOptions { name: name.into(), ..Default::default() }
+    }
 }
 
 /// Options of a [`SharedIndexInformer`].
@@ -206,9 +229,20 @@ impl SharedIndexInformer {
         &self,
         name: impl Into<String>,
         handler: Box<dyn ResourceEventHandler>,
-        mut resync_period: Duration,
+        resync_period: Duration,
     ) -> Result<Registration, InformerError> {
-        let name = name.into();
+        self.add_event_handler_with_options(handler, HandlerOptions { resync_period, ..HandlerOptions::named(name) })
+    }
+
+    /// Adds a handler with every option: a name, a resync period, a filter
+    /// applied before delivery, and a cap on pending notifications beyond
+    /// which they are coalesced by key.
+    pub fn add_event_handler_with_options(
+        &self,
+        handler: Box<dyn ResourceEventHandler>,
+        options: HandlerOptions,
+    ) -> Result<Registration, InformerError> {
+        let HandlerOptions { name, mut resync_period, filter, max_pending } = options;
         let inner = &self.inner;
         let mut st = inner.state.lock();
         if st.stopped {
@@ -244,6 +278,8 @@ impl SharedIndexInformer {
             upstream,
             inner.blocking.clone(),
             inner.processor.log(),
+            filter,
+            max_pending,
         );
         if !st.started {
             inner.processor.add_listener(listener.clone());

@@ -1,0 +1,609 @@
+// The C guest SDK: the component exports (over the bindings that
+// `c-plugin-build bindings wit handler` generates as handler.h/handler.c),
+// the per-call arena, logging, object accessors and a small JSON parser.
+// See informer_guest.h.
+#include "informer_guest.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handler.h"
+
+typedef informer_host_plugin_types_borrow_object_t borrow_t;
+typedef informer_host_plugin_types_own_object_t own_t;
+
+// ---- the per-call arena ---------------------------------------------------
+
+static void **arena;
+static size_t arena_len, arena_cap;
+
+static void *track(void *p) {
+  if (!p) abort();
+  if (arena_len == arena_cap) {
+    arena_cap = arena_cap ? 2 * arena_cap : 64;
+    arena = realloc(arena, arena_cap * sizeof *arena);
+    if (!arena) abort();
+  }
+  arena[arena_len++] = p;
+  return p;
+}
+
+static void arena_reset(void) {
+  for (size_t i = 0; i < arena_len; i++) free(arena[i]);
+  arena_len = 0;
+}
+
+void *ig_alloc(size_t size) { return track(malloc(size ? size : 1)); }
+
+char *ig_keep(const char *s) {
+  if (!s) return NULL;
+  char *copy = strdup(s);
+  if (!copy) abort();
+  return copy;
+}
+
+static const char *vformat(const char *fmt, va_list ap) {
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  if (n < 0) abort();
+  char *buf = ig_alloc((size_t)n + 1);
+  vsnprintf(buf, (size_t)n + 1, fmt, again);
+  va_end(again);
+  return buf;
+}
+
+const char *ig_format(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  const char *s = vformat(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+// A string the host allocated (with cabi_realloc), NUL-terminated and owned
+// by the arena.
+static const char *take(handler_string_t s) {
+  if (s.len == 0) return ""; // the canonical ABI's pointer is then no allocation
+  char *p = realloc(s.ptr, s.len + 1);
+  if (!p) abort();
+  p[s.len] = '\0';
+  return track(p);
+}
+
+// ---- results and traps ----------------------------------------------------
+
+ig_result ig_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  const char *s = vformat(fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+_Noreturn void ig_trap(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  abort();
+}
+
+// ---- logging --------------------------------------------------------------
+
+void ig_log_str(ig_level level, const char *message) {
+  handler_string_t s;
+  handler_string_set(&s, message);
+  informer_host_plugin_log_log((informer_host_plugin_log_level_t)level, &s);
+}
+
+void ig_log(ig_level level, const char *fmt, ...) {
+  char small[256];
+  va_list ap, again;
+  va_start(ap, fmt);
+  va_copy(again, ap);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) abort();
+  if ((size_t)n < sizeof small) {
+    ig_log_str(level, small);
+  } else {
+    char *big = malloc((size_t)n + 1);
+    if (!big) abort();
+    vsnprintf(big, (size_t)n + 1, fmt, again);
+    ig_log_str(level, big);
+    free(big);
+  }
+  va_end(again);
+}
+
+// ---- objects --------------------------------------------------------------
+
+static borrow_t borrow(ig_object obj) { return (borrow_t){obj.handle}; }
+
+#define STRING_ACCESSOR(name, method)                                        \
+  const char *name(ig_object obj) {                                          \
+    handler_string_t s;                                                      \
+    informer_host_plugin_types_method_object_##method(borrow(obj), &s);      \
+    return take(s);                                                          \
+  }
+#define OPTION_ACCESSOR(name, method)                                        \
+  const char *name(ig_object obj) {                                          \
+    handler_string_t s;                                                      \
+    if (!informer_host_plugin_types_method_object_##method(borrow(obj), &s)) \
+      return NULL;                                                           \
+    return take(s);                                                          \
+  }
+
+STRING_ACCESSOR(ig_key, key)
+STRING_ACCESSOR(ig_name, name)
+OPTION_ACCESSOR(ig_namespace, namespace)
+OPTION_ACCESSOR(ig_uid, uid)
+OPTION_ACCESSOR(ig_resource_version, resource_version)
+STRING_ACCESSOR(ig_api_version, api_version)
+STRING_ACCESSOR(ig_kind, kind)
+STRING_ACCESSOR(ig_json_text, json)
+
+const char *ig_label(ig_object obj, const char *key) {
+  handler_string_t k, s;
+  handler_string_set(&k, key);
+  if (!informer_host_plugin_types_method_object_label(borrow(obj), &k, &s)) return NULL;
+  return take(s);
+}
+
+const char *ig_pointer(ig_object obj, const char *pointer) {
+  handler_string_t p, s;
+  handler_string_set(&p, pointer);
+  if (!informer_host_plugin_types_method_object_pointer(borrow(obj), &p, &s)) return NULL;
+  return take(s);
+}
+
+static size_t take_pairs(handler_list_tuple2_string_string_t list, const ig_pair **pairs) {
+  ig_pair *out = ig_alloc(list.len * sizeof *out);
+  for (size_t i = 0; i < list.len; i++) {
+    out[i].key = take(list.ptr[i].f0);
+    out[i].value = take(list.ptr[i].f1);
+  }
+  if (list.len) free(list.ptr);
+  *pairs = out;
+  return list.len;
+}
+
+size_t ig_labels(ig_object obj, const ig_pair **pairs) {
+  handler_list_tuple2_string_string_t list;
+  informer_host_plugin_types_method_object_labels(borrow(obj), &list);
+  return take_pairs(list, pairs);
+}
+
+size_t ig_annotations(ig_object obj, const ig_pair **pairs) {
+  handler_list_tuple2_string_string_t list;
+  informer_host_plugin_types_method_object_annotations(borrow(obj), &list);
+  return take_pairs(list, pairs);
+}
+
+const char *ig_deleted_key(const ig_deleted *obj) {
+  return obj->is_tombstone ? obj->tombstone_key : ig_key(*obj->last_known);
+}
+
+const char *ig_deleted_name(const ig_deleted *obj) {
+  if (obj->last_known) return ig_name(*obj->last_known);
+  const char *key = ig_deleted_key(obj);
+  const char *slash = strrchr(key, '/');
+  return slash ? slash + 1 : key;
+}
+
+static const char *rv(const ig_object *obj) {
+  const char *v = obj ? ig_resource_version(*obj) : NULL;
+  return v ? v : "none";
+}
+
+const char *ig_describe_add(ig_object obj, bool is_in_initial_list) {
+  return ig_format("add %s rv=%s initial=%s", ig_key(obj), rv(&obj), is_in_initial_list ? "true" : "false");
+}
+
+const char *ig_describe_update(ig_object old, ig_object new_) {
+  return ig_format("update %s rv=%s->%s", ig_key(new_), rv(&old), rv(&new_));
+}
+
+const char *ig_describe_delete(const ig_deleted *obj) {
+  return ig_format("%s %s rv=%s", obj->is_tombstone ? "delete-tombstone" : "delete", ig_deleted_key(obj),
+                   rv(obj->last_known));
+}
+
+// ---- JSON -----------------------------------------------------------------
+
+struct ig_json {
+  ig_json_type type;
+  bool boolean;
+  double number;
+  const char *string;
+  size_t len;
+  const ig_json **items;
+  const char **keys;
+};
+
+typedef struct parser {
+  const char *start, *p;
+  const char *error;
+  int depth;
+} parser;
+
+static void *fail(parser *ps, const char *what) {
+  if (!ps->error) {
+    int line = 1, column = 1;
+    for (const char *c = ps->start; c < ps->p; c++) {
+      if (*c == '\n') {
+        line++;
+        column = 1;
+      } else {
+        column++;
+      }
+    }
+    ps->error = *ps->p ? ig_format("%s at line %d column %d", what, line, column)
+                       : ig_format("%s: unexpected end of input at line %d column %d", what, line, column);
+  }
+  return NULL;
+}
+
+static void skip_ws(parser *ps) {
+  while (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r') ps->p++;
+}
+
+static ig_json *node(ig_json_type type) {
+  ig_json *v = ig_alloc(sizeof *v);
+  memset(v, 0, sizeof *v);
+  v->type = type;
+  return v;
+}
+
+static int hex4(const char *s) {
+  int v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = s[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= c - '0';
+    else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+    else return -1;
+  }
+  return v;
+}
+
+static char *utf8(char *out, unsigned cp) {
+  if (cp < 0x80) {
+    *out++ = (char)cp;
+  } else if (cp < 0x800) {
+    *out++ = (char)(0xC0 | cp >> 6);
+    *out++ = (char)(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *out++ = (char)(0xE0 | cp >> 12);
+    *out++ = (char)(0x80 | (cp >> 6 & 0x3F));
+    *out++ = (char)(0x80 | (cp & 0x3F));
+  } else {
+    *out++ = (char)(0xF0 | cp >> 18);
+    *out++ = (char)(0x80 | (cp >> 12 & 0x3F));
+    *out++ = (char)(0x80 | (cp >> 6 & 0x3F));
+    *out++ = (char)(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+// A string literal at ps->p (the opening quote).
+static const char *parse_string(parser *ps) {
+  ps->p++;
+  const char *end = ps->p;
+  while (*end && *end != '"') end += (*end == '\\' && end[1]) ? 2 : 1;
+  // Decoded text is never longer than its literal.
+  char *out = ig_alloc((size_t)(end - ps->p) + 1), *o = out;
+  for (;;) {
+    unsigned char c = (unsigned char)*ps->p;
+    if (c == '"') break;
+    if (c == '\0') return fail(ps, "EOF while parsing a string");
+    if (c < 0x20) return fail(ps, "control character (\\u0000-\\u001F) found while parsing a string");
+    if (c != '\\') {
+      *o++ = (char)c;
+      ps->p++;
+      continue;
+    }
+    ps->p++;
+    switch (*ps->p) {
+      case '"': *o++ = '"'; break;
+      case '\\': *o++ = '\\'; break;
+      case '/': *o++ = '/'; break;
+      case 'b': *o++ = '\b'; break;
+      case 'f': *o++ = '\f'; break;
+      case 'n': *o++ = '\n'; break;
+      case 'r': *o++ = '\r'; break;
+      case 't': *o++ = '\t'; break;
+      case 'u': {
+        int cp = hex4(ps->p + 1);
+        if (cp < 0) return fail(ps, "invalid escape");
+        ps->p += 4;
+        if (cp >= 0xD800 && cp < 0xDC00) {
+          int lo = (ps->p[1] == '\\' && ps->p[2] == 'u') ? hex4(ps->p + 3) : -1;
+          if (lo < 0xDC00 || lo >= 0xE000) return fail(ps, "lone leading surrogate in hex escape");
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          ps->p += 6;
+        } else if (cp >= 0xDC00 && cp < 0xE000) {
+          return fail(ps, "lone trailing surrogate in hex escape");
+        }
+        o = utf8(o, (unsigned)cp);
+        break;
+      }
+      default: return fail(ps, "invalid escape");
+    }
+    ps->p++;
+  }
+  ps->p++;
+  *o = '\0';
+  return out;
+}
+
+static bool digits(parser *ps) {
+  if (*ps->p < '0' || *ps->p > '9') return false;
+  while (*ps->p >= '0' && *ps->p <= '9') ps->p++;
+  return true;
+}
+
+static const ig_json *parse_value(parser *ps);
+
+// Appends to a growing array of the arena (old buffers are freed with it).
+static void push(void ***items, size_t *len, size_t *cap, void *item) {
+  if (*len == *cap) {
+    size_t grown = *cap ? 2 * *cap : 4;
+    void **bigger = ig_alloc(grown * sizeof *bigger);
+    if (*len) memcpy(bigger, *items, *len * sizeof *bigger);
+    *items = bigger;
+    *cap = grown;
+  }
+  (*items)[(*len)++] = item;
+}
+
+static const ig_json *parse_container(parser *ps, bool object) {
+  if (++ps->depth > 128) return fail(ps, "recursion limit exceeded");
+  ps->p++;
+  ig_json *v = node(object ? IG_JSON_OBJECT : IG_JSON_ARRAY);
+  size_t cap = 0, kcap = 0, klen = 0;
+  char close = object ? '}' : ']';
+  skip_ws(ps);
+  if (*ps->p == close) {
+    ps->p++;
+    ps->depth--;
+    return v;
+  }
+  for (;;) {
+    skip_ws(ps);
+    if (object) {
+      if (*ps->p != '"') return fail(ps, "key must be a string");
+      const char *key = parse_string(ps);
+      if (!key) return NULL;
+      skip_ws(ps);
+      if (*ps->p != ':') return fail(ps, "expected `:`");
+      ps->p++;
+      push((void ***)&v->keys, &klen, &kcap, (void *)key);
+    }
+    const ig_json *item = parse_value(ps);
+    if (!item) return NULL;
+    push((void ***)&v->items, &v->len, &cap, (void *)item);
+    skip_ws(ps);
+    if (*ps->p == ',') {
+      ps->p++;
+      continue;
+    }
+    if (*ps->p == close) {
+      ps->p++;
+      ps->depth--;
+      return v;
+    }
+    return fail(ps, object ? "expected `,` or `}`" : "expected `,` or `]`");
+  }
+}
+
+static const ig_json *parse_value(parser *ps) {
+  skip_ws(ps);
+  const char *at = ps->p;
+  switch (*at) {
+    case '{': return parse_container(ps, true);
+    case '[': return parse_container(ps, false);
+    case '"': {
+      const char *s = parse_string(ps);
+      if (!s) return NULL;
+      ig_json *v = node(IG_JSON_STRING);
+      v->string = s;
+      return v;
+    }
+    case 't':
+    case 'f':
+    case 'n': {
+      static const char *words[] = {"true", "false", "null"};
+      for (int i = 0; i < 3; i++) {
+        size_t n = strlen(words[i]);
+        if (strncmp(at, words[i], n) == 0) {
+          ps->p += n;
+          ig_json *v = node(i == 2 ? IG_JSON_NULL : IG_JSON_BOOL);
+          v->boolean = i == 0;
+          return v;
+        }
+      }
+      return fail(ps, "expected ident");
+    }
+    default: {
+      if (*ps->p == '-') ps->p++;
+      if (*ps->p == '0') {
+        ps->p++;
+      } else if (!digits(ps)) {
+        ps->p = at;
+        return fail(ps, "expected value");
+      }
+      if (*ps->p == '.') {
+        ps->p++;
+        if (!digits(ps)) return fail(ps, "invalid number");
+      }
+      if (*ps->p == 'e' || *ps->p == 'E') {
+        ps->p++;
+        if (*ps->p == '+' || *ps->p == '-') ps->p++;
+        if (!digits(ps)) return fail(ps, "invalid number");
+      }
+      ig_json *v = node(IG_JSON_NUMBER);
+      v->number = strtod(at, NULL);
+      return v;
+    }
+  }
+}
+
+ig_json *ig_json_parse(const char *text, const char **error) {
+  parser ps = {text, text, NULL, 0};
+  const ig_json *v = parse_value(&ps);
+  if (v) {
+    skip_ws(&ps);
+    if (*ps.p) v = fail(&ps, "trailing characters");
+  }
+  if (!v && error) *error = ps.error;
+  return (ig_json *)v;
+}
+
+ig_json_type ig_json_kind(const ig_json *value) { return value ? value->type : IG_JSON_NULL; }
+
+const ig_json *ig_json_get(const ig_json *value, const char *key) {
+  if (!value || value->type != IG_JSON_OBJECT) return NULL;
+  // The last of duplicate members wins, as in serde_json and Python.
+  for (size_t i = value->len; i-- > 0;) {
+    if (strcmp(value->keys[i], key) == 0) return value->items[i];
+  }
+  return NULL;
+}
+
+size_t ig_json_len(const ig_json *value) {
+  return value && (value->type == IG_JSON_ARRAY || value->type == IG_JSON_OBJECT) ? value->len : 0;
+}
+
+const ig_json *ig_json_at(const ig_json *value, size_t i) { return i < ig_json_len(value) ? value->items[i] : NULL; }
+
+const char *ig_json_key_at(const ig_json *value, size_t i) {
+  return value && value->type == IG_JSON_OBJECT && i < value->len ? value->keys[i] : NULL;
+}
+
+const char *ig_json_string(const ig_json *value) {
+  return value && value->type == IG_JSON_STRING ? value->string : NULL;
+}
+
+double ig_json_number(const ig_json *value) {
+  return value && value->type == IG_JSON_NUMBER ? value->number : NAN;
+}
+
+bool ig_json_bool(const ig_json *value) { return value && value->type == IG_JSON_BOOL && value->boolean; }
+
+ig_json *ig_parse(ig_object obj, const char **error) {
+  const char *why = NULL;
+  ig_json *v = ig_json_parse(ig_json_text(obj), &why);
+  if (!v && error) *error = ig_format("cannot parse %s: %s", ig_key(obj), why);
+  return v;
+}
+
+// ---- configuration --------------------------------------------------------
+
+bool ig_config_is_empty(const ig_config *config) {
+  for (const char *c = config->text; *c; c++) {
+    if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') return false;
+  }
+  return true;
+}
+
+ig_result ig_config_parse(const ig_config *config, ig_json **settings) {
+  const char *why = NULL;
+  *settings = ig_json_parse(ig_config_is_empty(config) ? "{}" : config->text, &why);
+  return *settings ? IG_OK : ig_error("invalid plugin configuration: %s", why);
+}
+
+// ---- the plugin's handler functions: defaults -----------------------------
+
+__attribute__((weak)) ig_result ig_init(const ig_config *config) {
+  (void)config;
+  return IG_OK;
+}
+
+__attribute__((weak)) ig_result ig_on_add(ig_object obj, bool is_in_initial_list) {
+  (void)obj;
+  (void)is_in_initial_list;
+  return IG_OK;
+}
+
+__attribute__((weak)) ig_result ig_on_update(ig_object old, ig_object new_) {
+  (void)old;
+  (void)new_;
+  return IG_OK;
+}
+
+__attribute__((weak)) ig_result ig_on_delete(const ig_deleted *obj) {
+  (void)obj;
+  return IG_OK;
+}
+
+// ---- the component's exports ----------------------------------------------
+
+// Hands a result to the canonical ABI (an `err` string is freed by the
+// generated post-return function) and frees the call's arena.
+static bool finish(ig_result result, handler_string_t *err) {
+  if (result) {
+    size_t n = strlen(result);
+    err->len = n;
+    err->ptr = NULL;
+    if (n) {
+      err->ptr = malloc(n);
+      if (!err->ptr) abort();
+      memcpy(err->ptr, result, n);
+    }
+  }
+  arena_reset();
+  return result == IG_OK;
+}
+
+bool exports_informer_host_plugin_resource_event_handler_init(handler_string_t *config, handler_string_t *err) {
+  ig_config c = {take(*config), config->len};
+  return finish(ig_init(&c), err);
+}
+
+bool exports_informer_host_plugin_resource_event_handler_on_add(own_t obj, bool is_in_initial_list,
+                                                                handler_string_t *err) {
+  ig_result r = ig_on_add((ig_object){obj.__handle}, is_in_initial_list);
+  informer_host_plugin_types_object_drop_own(obj);
+  return finish(r, err);
+}
+
+bool exports_informer_host_plugin_resource_event_handler_on_update(own_t old, own_t new_, handler_string_t *err) {
+  ig_result r = ig_on_update((ig_object){old.__handle}, (ig_object){new_.__handle});
+  informer_host_plugin_types_object_drop_own(old);
+  informer_host_plugin_types_object_drop_own(new_);
+  return finish(r, err);
+}
+
+bool exports_informer_host_plugin_resource_event_handler_on_delete(informer_host_plugin_types_deleted_t *obj,
+                                                                   handler_string_t *err) {
+  ig_object last;
+  ig_deleted d = {false, NULL, NULL};
+  bool owns = false;
+  own_t own = {0};
+  if (obj->tag == INFORMER_HOST_PLUGIN_TYPES_DELETED_OBJECT) {
+    own = obj->val.object;
+    owns = true;
+  } else {
+    informer_host_plugin_types_tombstone_t *t = &obj->val.unknown_final_state;
+    d.is_tombstone = true;
+    d.tombstone_key = take(t->key);
+    if (t->last_known.is_some) {
+      own = t->last_known.val;
+      owns = true;
+    }
+  }
+  if (owns) {
+    last = (ig_object){own.__handle};
+    d.last_known = &last;
+  }
+  ig_result r = ig_on_delete(&d);
+  if (owns) informer_host_plugin_types_object_drop_own(own);
+  return finish(r, err);
+}

@@ -1817,3 +1817,30 @@ mod property {
         }
     }
 }
+
+/// A server that answers every watch with `410 Gone` gets a relist at once
+/// the first time, then relists with backoff, not in a tight loop.
+#[tokio::test(start_paused = true)]
+async fn test_repeated_gone_relists_back_off() {
+    let source = MemorySource::new();
+    for _ in 0..10_000 {
+        source.fail_next_watch(SourceError::Gone { resource_version: "1".into(), message: "expired".into() });
+    }
+    let informer = SharedIndexInformer::new(source.clone(), InformerOptions::default());
+    let errors = Arc::new(AtomicUsize::new(0));
+    informer
+        .set_watch_error_handler({
+            let errors = errors.clone();
+            Arc::new(move |_: &SourceError| {
+                errors.fetch_add(1, Ordering::Relaxed);
+            })
+        })
+        .unwrap();
+    let (stop, run) = start(&informer);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let n = errors.load(Ordering::Relaxed);
+    // 0.8 + 1.6 + 3.2 + 6.4 s of backoff fit in 20 s: a handful, not thousands.
+    assert!((3..=8).contains(&n), "{n} relists in 20 s");
+    stop.cancel();
+    run.await.unwrap();
+}

@@ -53,6 +53,7 @@ impl<Q: Queue + 'static> Reflector<Q> {
     /// Runs until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
         let mut backoff = self.lw.backoff();
+        let mut last_relist: Option<Instant> = None;
         loop {
             let next = tokio::select! {
                 _ = cancel.cancelled() => Next::Stop,
@@ -60,14 +61,21 @@ impl<Q: Queue + 'static> Reflector<Q> {
             };
             match next {
                 Next::Stop => return,
-                Next::Relist => {}
-                Next::Backoff => {
+                // A `410 Gone` relists at once, unless the previous relist was
+                // less than a second ago: then it backs off like any failure,
+                // so a server that expires every watch is not hammered with
+                // lists (client-go backs off before every relist).
+                Next::Relist if last_relist.is_none_or(|t: Instant| t.elapsed() >= SHORT_WATCH) => {
+                    last_relist = Some(Instant::now());
+                }
+                Next::Relist | Next::Backoff => {
                     let delay = backoff.next_delay();
                     tracing::debug!(informer = %self.name, ?delay, "backing off before relist");
                     tokio::select! {
                         _ = cancel.cancelled() => return,
                         _ = tokio::time::sleep(delay) => {}
                     }
+                    last_relist = Some(Instant::now());
                 }
             }
         }

@@ -25,7 +25,14 @@ fn spec(name: &str, plugin: &str, lines: &Lines) -> PluginSpec {
 }
 
 fn def(spec: PluginSpec) -> PluginDef {
-    PluginDef { spec, informer: "cms".into(), resync: Duration::ZERO, on_swap: OnSwap::Continue, visibility: None, max_pending: None }
+    PluginDef {
+        spec,
+        informer: "cms".into(),
+        resync: Duration::ZERO,
+        on_swap: OnSwap::Continue,
+        visibility: None,
+        max_pending: None,
+    }
 }
 
 fn start(src: &MemorySource, registry: &PluginRegistry) -> CancellationToken {

@@ -114,7 +114,11 @@ fn main() {
             } else {
                 vec![("native no-op", Kind::Native), ("wasm json() 64KiB", Kind::Wasm(&json))]
             };
+            let only = std::env::var("WASM_BENCH_ONLY").ok();
             for (name, kind) in kinds {
+                if only.as_ref().is_some_and(|o| o != &format!("{name}/{k}/{label}")) {
+                    continue;
+                }
                 // Best of three, to keep scheduler noise out of the ratio.
                 let best = (0..3).map(|_| rt.block_on(run_once(&src, &kind, k))).min().unwrap();
                 let rate = (n * k) as f64 / best.as_secs_f64();

@@ -86,8 +86,10 @@ impl IntoResponse for ApiError {
 impl From<RegistryError> for ApiError {
     fn from(e: RegistryError) -> Self {
         let status = match &e {
-            RegistryError::UnknownPlugin(_) | RegistryError::UnknownInformer(_) => StatusCode::NOT_FOUND,
-            RegistryError::AlreadyLoaded(_) => StatusCode::CONFLICT,
+            RegistryError::UnknownPlugin(_) | RegistryError::UnknownInformer(_) | RegistryError::UnknownTenant(_) => {
+                StatusCode::NOT_FOUND
+            }
+            RegistryError::AlreadyLoaded(_) | RegistryError::TenantFull { .. } => StatusCode::CONFLICT,
             RegistryError::Plugin(PluginError::Engine(_)) | RegistryError::Informer(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -115,6 +117,7 @@ pub fn router(registry: PluginRegistry, config: AdminConfig) -> Router {
         .route("/v1/plugins/{name}", get(show).delete(unload))
         .route("/v1/plugins/{name}/wasm", put(swap))
         .layer(DefaultBodyLimit::max(config.max_upload))
+        .layer(middleware::map_response(errors_as_json))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
 }
@@ -130,6 +133,30 @@ async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -
         return ApiError(StatusCode::UNAUTHORIZED, "missing or wrong bearer token".into()).into_response();
     }
     next.run(req).await
+}
+
+/// Rejections made by axum's extractors (413 for an oversize body, 415, 422
+/// for malformed JSON) come as plain text: answer them as `{"error": …}` too.
+async fn errors_as_json(resp: Response) -> Response {
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let status = resp.status();
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let text = match axum::body::to_bytes(resp.into_body(), 64 * 1024).await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(_) => status.canonical_reason().unwrap_or("error").to_string(),
+    };
+    let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        format!("the upload is larger than the admin API accepts (max_upload): {text}")
+    } else {
+        text
+    };
+    ApiError(status, message).into_response()
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -170,8 +197,14 @@ async fn load(State(s): State<AppState>, Json(req): Json<LoadRequest>) -> Result
         limits: Limits::default(),
         ..PluginSpec::new(req.name, req.wasm)
     };
-    let def =
-        PluginDef { spec, informer: req.informer, resync: Duration::ZERO, on_swap: req.on_swap, visibility: None, max_pending: None };
+    let def = PluginDef {
+        spec,
+        informer: req.informer,
+        resync: Duration::ZERO,
+        on_swap: req.on_swap,
+        visibility: None,
+        max_pending: None,
+    };
     let registry = s.registry.clone();
     let status = tokio::task::spawn_blocking(move || registry.load(def))
         .await

@@ -478,16 +478,17 @@ impl Drop for FileWatch {
 /// its own [`PluginStats`], and a counter must not go back at a swap.
 struct Totals {
     current: Arc<PluginStats>,
-    retired: [u64; 9],
+    retired: Vec<u64>,
 }
 
-fn stat_values(s: &PluginStats) -> [u64; 9] {
+fn stat_values(s: &PluginStats) -> Vec<u64> {
     // Every field, without `..`: a new counter must be added here too.
     let PluginStats {
         restarts,
         fuel_consumed,
         call_nanos,
         calls,
+        call_buckets,
         json_calls,
         traps_fuel,
         traps_deadline,
@@ -495,38 +496,38 @@ fn stat_values(s: &PluginStats) -> [u64; 9] {
         traps_other,
     } = s;
     [restarts, fuel_consumed, call_nanos, calls, json_calls, traps_fuel, traps_deadline, traps_memory, traps_other]
+        .into_iter()
+        .chain(call_buckets)
         .map(|a| a.load(Ordering::Relaxed))
+        .collect()
 }
 
 impl Totals {
     /// The sums, with `now` as the current version.
     fn observe(&mut self, now: &Arc<PluginStats>) -> Arc<PluginStats> {
         if !Arc::ptr_eq(&self.current, now) {
-            for (r, v) in self.retired.iter_mut().zip(stat_values(&self.current)) {
+            let old = stat_values(&self.current);
+            self.retired.resize(old.len(), 0);
+            for (r, v) in self.retired.iter_mut().zip(old) {
                 *r += v;
             }
             self.current = now.clone();
         }
         let mut v = stat_values(now);
-        for (v, r) in v.iter_mut().zip(self.retired) {
+        for (v, r) in v.iter_mut().zip(&self.retired) {
             *v += r;
         }
-        let [
-            restarts,
-            fuel_consumed,
-            call_nanos,
-            calls,
-            json_calls,
-            traps_fuel,
-            traps_deadline,
-            traps_memory,
-            traps_other,
-        ] = v.map(AtomicU64::new);
+        let mut v = v.into_iter().map(AtomicU64::new);
+        let mut next = || v.next().expect("stat_values yields every field");
+        let (restarts, fuel_consumed, call_nanos, calls, json_calls) = (next(), next(), next(), next(), next());
+        let (traps_fuel, traps_deadline, traps_memory, traps_other) = (next(), next(), next(), next());
+        let call_buckets = std::array::from_fn(|_| next());
         Arc::new(PluginStats {
             restarts,
             fuel_consumed,
             call_nanos,
             calls,
+            call_buckets,
             json_calls,
             traps_fuel,
             traps_deadline,
@@ -584,6 +585,9 @@ impl Plugins {
         let registry = PluginRegistry::new(PluginRuntime::new(RuntimeConfig { cache_dir })?);
         for (cfg, informer) in &self.informers {
             registry.add_informer(cfg.name.clone(), informer.clone());
+        }
+        for t in &self.started.tenants {
+            registry.set_tenant(t.name.clone(), t.policy());
         }
         *slot = Some(registry.clone());
         Ok(registry)
@@ -682,7 +686,7 @@ impl Plugins {
             };
             let stats = totals
                 .entry(status.name.clone())
-                .or_insert_with(|| Totals { current: loaded.stats.clone(), retired: [0; 9] })
+                .or_insert_with(|| Totals { current: loaded.stats.clone(), retired: Vec::new() })
                 .observe(&loaded.stats);
             self.observed.set_plugin(PluginEntry {
                 name: status.name.clone(),
@@ -845,6 +849,11 @@ impl Plugins {
             tracing::warn!("[admin] changes need a restart; the admin API keeps its settings");
         }
 
+        if let Some(registry) = self.registry.lock().clone() {
+            for t in &new.tenants {
+                registry.set_tenant(t.name.clone(), t.policy());
+            }
+        }
         let mut summary = ReloadSummary::default();
         let mut managed = self.managed.lock().await;
         let removed: Vec<String> =

@@ -183,6 +183,18 @@ impl TenantConfig {
     }
 
     /// The filter the host applies before delivery and in the `cache` import.
+    /// What the plugin registry enforces for this tenant.
+    pub fn policy(&self) -> crate::registry::TenantPolicy {
+        crate::registry::TenantPolicy {
+            visibility: self.visibility(),
+            max_plugins: self.max_plugins,
+            fuel_per_call: self.fuel_per_call,
+            deadline_per_call: self.deadline,
+            memory_bytes: self.memory,
+            max_pending: self.max_pending,
+        }
+    }
+
     pub fn visibility(&self) -> Visibility {
         let namespaces: Vec<String> = self.namespaces.clone();
         let cluster_scoped = self.cluster_scoped;

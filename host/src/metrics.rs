@@ -17,6 +17,7 @@
 //! | `plugin_up` | gauge 0/1 (0: failed to load) | plugin, informer |
 //! | `plugin_synced` | gauge 0/1 | plugin, informer |
 //! | `notifications_delivered_total` | counter | plugin, informer |
+//! | `notifications_by_kind_total` | counter | plugin, informer, kind, outcome |
 //! | `notifications_failed_total` | counter (handler returned `Err`) | plugin, informer |
 //! | `notifications_skipped_total` | counter (skipped after a crash) | plugin, informer |
 //! | `plugin_pending` | gauge (queue depth) | plugin, informer |
@@ -39,7 +40,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::informer::{Registration, SharedIndexInformer};
+use crate::informer::{ListenerStats, Registration, SharedIndexInformer};
 use crate::plugin::{PluginInfo, PluginStats};
 
 /// One informer the host runs.
@@ -216,6 +217,9 @@ impl std::fmt::Debug for Observed {
 
 type Labels = Vec<(&'static str, String)>;
 
+/// A histogram sample: sum, count and cumulative `(upper bound, count)` buckets.
+type Histogram = (f64, u64, Vec<(f64, u64)>);
+
 fn load(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
@@ -324,11 +328,44 @@ impl Collector for HostCollector {
             &rows(&|r, _| load(&r.stats().crashed)),
         )?;
 
-        // Call latency: the runtime keeps a sum and a count, so the
-        // histogram has the +Inf bucket only (enough for rate(sum)/rate(count)).
-        let latency: Vec<(Labels, (f64, u64))> = running
+        let by_kind: Vec<(Labels, u64)> = running
             .iter()
-            .map(|(l, _, s, _)| (l.clone(), (load(&s.call_nanos) as f64 / 1e9, load(&s.calls))))
+            .flat_map(|(l, r, _, _)| {
+                let st = r.stats();
+                ListenerStats::OUTCOMES.iter().enumerate().flat_map(move |(o, outcome)| {
+                    ListenerStats::KINDS.iter().enumerate().map(move |(k, kind)| {
+                        let mut labels = l.clone();
+                        labels.push(("kind", kind.to_string()));
+                        labels.push(("outcome", outcome.to_string()));
+                        (labels, load(&st.by_kind[o][k]))
+                    })
+                })
+            })
+            .collect();
+        counters(
+            &mut encoder,
+            "notifications_by_kind",
+            "Notifications by kind (add, update, delete) and outcome (delivered, failed, crashed = skipped)",
+            &by_kind,
+        )?;
+
+        // Call latency from the runtime's fixed buckets (cumulative here).
+        let latency: Vec<(Labels, Histogram)> = running
+            .iter()
+            .map(|(l, _, s, _)| {
+                let mut acc = 0;
+                let mut buckets: Vec<(f64, u64)> = crate::plugin::CALL_BUCKETS
+                    .iter()
+                    .zip(&s.call_buckets)
+                    .map(|(b, c)| {
+                        acc += load(c);
+                        (*b, acc)
+                    })
+                    .collect();
+                let count = load(&s.calls);
+                buckets.push((f64::MAX, count.max(acc)));
+                (l.clone(), (load(&s.call_nanos) as f64 / 1e9, count.max(acc), buckets))
+            })
             .collect();
         family(
             &mut encoder,
@@ -337,8 +374,8 @@ impl Collector for HostCollector {
             Some(&Unit::Seconds),
             MetricType::Histogram,
             &latency,
-            |mut m, (sum, count)| {
-                m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, &[(f64::MAX, *count)], None)
+            |mut m, (sum, count, buckets)| {
+                m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, buckets, None)
             },
         )?;
         counters(
@@ -432,7 +469,11 @@ mod tests {
             informer: "cms".into(),
             state: PluginState::Running {
                 registration: reg.clone(),
-                stats: Arc::new(PluginStats::default()),
+                stats: {
+                    let s = PluginStats::default();
+                    s.observe_call(3e-6);
+                    Arc::new(s)
+                },
                 info: Box::new(PluginInfo {
                     name: "recorder".into(),
                     file: "recorder.wasm".into(),
@@ -485,8 +526,12 @@ mod tests {
             "informer_host_notifications_failed_total{plugin=\"recorder\",informer=\"cms\"} 1",
             "informer_host_notifications_skipped_total{plugin=\"recorder\",informer=\"cms\"} 0",
             "informer_host_plugin_pending{plugin=\"recorder\",informer=\"cms\"} 0",
-            "informer_host_plugin_call_duration_seconds_count{plugin=\"recorder\",informer=\"cms\"} 0",
-            "informer_host_plugin_call_duration_seconds_bucket{le=\"+Inf\",plugin=\"recorder\",informer=\"cms\"} 0",
+            "informer_host_plugin_call_duration_seconds_count{plugin=\"recorder\",informer=\"cms\"} 1",
+            "informer_host_plugin_call_duration_seconds_bucket{le=\"0.000001\",plugin=\"recorder\",informer=\"cms\"} 0",
+            "informer_host_plugin_call_duration_seconds_bucket{le=\"0.000005\",plugin=\"recorder\",informer=\"cms\"} 1",
+            "informer_host_plugin_call_duration_seconds_bucket{le=\"+Inf\",plugin=\"recorder\",informer=\"cms\"} 1",
+            "informer_host_notifications_by_kind_total{plugin=\"recorder\",informer=\"cms\",kind=\"add\",outcome=\"delivered\"} 1",
+            "informer_host_notifications_by_kind_total{plugin=\"recorder\",informer=\"cms\",kind=\"add\",outcome=\"failed\"} 1",
             "informer_host_plugin_traps_total{plugin=\"recorder\",informer=\"cms\",cause=\"fuel\"} 0",
             "informer_host_plugin_info{plugin=\"recorder\",informer=\"cms\",file=\"recorder.wasm\",hash=\"abc\",world=\"w\"} 1",
             "# EOF",

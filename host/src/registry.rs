@@ -46,6 +46,41 @@ pub struct PluginDef {
     pub max_pending: Option<usize>,
 }
 
+/// What a tenant's plugins may see and use; the registry enforces it on
+/// every load and swap, whoever asks (config, SIGHUP, admin API).
+#[derive(Clone)]
+pub struct TenantPolicy {
+    /// The objects its plugins receive and read.
+    pub visibility: Visibility,
+    pub max_plugins: Option<usize>,
+    /// Caps on each of its plugins' limits.
+    pub fuel_per_call: Option<u64>,
+    pub deadline_per_call: Option<Duration>,
+    pub memory_bytes: Option<usize>,
+    pub max_pending: Option<usize>,
+}
+
+impl TenantPolicy {
+    /// Applies the tenant's view and caps to `def` (a cap lowers a larger
+    /// or unlimited value).
+    fn apply(&self, def: &mut PluginDef) {
+        def.visibility = Some(self.visibility.clone());
+        let l = &mut def.spec.limits;
+        if let Some(cap) = self.fuel_per_call {
+            l.fuel_per_call = Some(l.fuel_per_call.map_or(cap, |f| f.min(cap)));
+        }
+        if let Some(cap) = self.deadline_per_call {
+            l.deadline_per_call = l.deadline_per_call.min(cap);
+        }
+        if let Some(cap) = self.memory_bytes {
+            l.memory_bytes = l.memory_bytes.min(cap);
+        }
+        if let Some(cap) = self.max_pending {
+            def.max_pending = Some(def.max_pending.map_or(cap, |p| p.min(cap)));
+        }
+    }
+}
+
 /// Why a registry operation was refused. Messages say what to do.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RegistryError {
@@ -55,6 +90,10 @@ pub enum RegistryError {
     UnknownPlugin(String),
     #[error("a plugin named {0:?} is already loaded; swap or unload it first")]
     AlreadyLoaded(String),
+    #[error("no tenant named {0:?}")]
+    UnknownTenant(String),
+    #[error("tenant {tenant:?} already runs its maximum of {max} plugins")]
+    TenantFull { tenant: String, max: usize },
     #[error(transparent)]
     Plugin(#[from] PluginError),
     #[error("informer refused the handler: {0}")]
@@ -110,12 +149,43 @@ struct Entry {
 pub struct PluginRegistry {
     runtime: PluginRuntime,
     informers: Arc<RwLock<HashMap<String, SharedIndexInformer>>>,
+    tenants: Arc<RwLock<HashMap<String, TenantPolicy>>>,
     plugins: Arc<Mutex<BTreeMap<String, Entry>>>,
 }
 
 impl PluginRegistry {
     pub fn new(runtime: PluginRuntime) -> Self {
-        PluginRegistry { runtime, informers: Default::default(), plugins: Default::default() }
+        PluginRegistry {
+            runtime,
+            informers: Default::default(),
+            tenants: Default::default(),
+            plugins: Default::default(),
+        }
+    }
+
+    /// Defines (or redefines) a tenant; plugins naming it get its policy.
+    pub fn set_tenant(&self, name: impl Into<String>, policy: TenantPolicy) {
+        self.tenants.write().insert(name.into(), policy);
+    }
+
+    /// Applies the policy of the plugin's tenant, if it names one.
+    fn with_tenant(&self, mut def: PluginDef) -> Result<PluginDef, RegistryError> {
+        let Some(tenant) = def.spec.tenant.clone() else { return Ok(def) };
+        let policy =
+            self.tenants.read().get(&tenant).cloned().ok_or_else(|| RegistryError::UnknownTenant(tenant.clone()))?;
+        policy.apply(&mut def);
+        if let Some(max) = policy.max_plugins {
+            let running = self
+                .plugins
+                .lock()
+                .values()
+                .filter(|e| e.def.spec.tenant.as_deref() == Some(&tenant) && e.def.spec.name != def.spec.name)
+                .count();
+            if running >= max {
+                return Err(RegistryError::TenantFull { tenant, max });
+            }
+        }
+        Ok(def)
     }
 
     pub fn runtime(&self) -> &PluginRuntime {
@@ -144,6 +214,7 @@ impl PluginRegistry {
 
     /// Loads a plugin and registers it with its informer.
     pub fn load(&self, def: PluginDef) -> Result<PluginStatus, RegistryError> {
+        let def = self.with_tenant(def)?;
         let name = def.spec.name.clone();
         if self.plugins.lock().contains_key(&name) {
             return Err(RegistryError::AlreadyLoaded(name));

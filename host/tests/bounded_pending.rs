@@ -64,7 +64,8 @@ impl ResourceEventHandler for Stalled {
 
 fn rss_mib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let kb: u64 =
+        s.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     kb / 1024
 }
 
@@ -121,8 +122,7 @@ async fn a_stalled_plugin_with_a_cap_stays_bounded_and_catches_up_with_the_sourc
     assert!(max_rss - before < 64, "RSS grew from {before} MiB to {max_rss} MiB");
 
     released.store(true, Ordering::Release);
-    let expected: HashMap<String, u64> =
-        src.objects().iter().map(|o| (o.key().to_string(), rv(o))).collect();
+    let expected: HashMap<String, u64> = src.objects().iter().map(|o| (o.key().to_string(), rv(o))).collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while *view.lock() != expected {
         assert!(std::time::Instant::now() < deadline, "the handler's view never caught up with the source");

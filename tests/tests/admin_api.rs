@@ -76,8 +76,10 @@ async fn admin_api_authenticates_loads_swaps_and_rejects_bad_uploads() {
     assert!(body.contains("not a WebAssembly component"), "{body}");
 
     let big = vec![0u8; 2 << 20];
-    let (code, _) = request(addr, "PUT", "/v1/plugins/rec/wasm", TOKEN, "application/wasm", &big).await;
+    let (code, body) = request(addr, "PUT", "/v1/plugins/rec/wasm", TOKEN, "application/wasm", &big).await;
     assert_eq!(code, 413);
+    let err: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert!(err["error"].as_str().unwrap().contains("max_upload"), "{body}");
 
     // A real upload swaps; the next notification is handled by it.
     let v2 = std::fs::read(wasm("swap-v2")).unwrap();
@@ -97,5 +99,52 @@ async fn admin_api_authenticates_loads_swaps_and_rejects_bad_uploads() {
     assert_eq!(code, 204);
     let (_, body) = request(addr, "GET", "/v1/plugins", TOKEN, "application/json", b"").await;
     assert_eq!(body, "[]");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_loaded_through_the_api_get_their_tenants_policy() {
+    use informer_host::registry::TenantPolicy;
+    use std::sync::Arc;
+    let src = MemorySource::new();
+    src.apply_config_map("team-a", "mine", "1").unwrap();
+    src.apply_config_map("team-b", "theirs", "1").unwrap();
+    let run = Running::start(&src);
+    let registry = PluginRegistry::new(runtime());
+    registry.add_informer("cms", run.informer.clone());
+    registry.set_tenant(
+        "a",
+        TenantPolicy {
+            visibility: Arc::new(|o: &informer_host::informer::Object| o.namespace() == Some("team-a")),
+            max_plugins: Some(1),
+            fuel_per_call: Some(1_000_000),
+            deadline_per_call: None,
+            memory_bytes: None,
+            max_pending: Some(100),
+        },
+    );
+    let app = router(registry.clone(), AdminConfig { token: TOKEN.into(), max_upload: 1 << 20 });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let body = |name: &str, tenant: &str| {
+        json!({"name": name, "wasm": wasm("recorder"), "informer": "cms", "grants": ["log"], "tenant": tenant})
+            .to_string()
+    };
+    let (code, b) =
+        request(addr, "POST", "/v1/plugins", TOKEN, "application/json", body("x", "nobody").as_bytes()).await;
+    assert_eq!(code, 404, "{b}");
+    assert!(b.contains("no tenant named"), "{b}");
+    let (code, b) = request(addr, "POST", "/v1/plugins", TOKEN, "application/json", body("a1", "a").as_bytes()).await;
+    assert_eq!(code, 201, "{b}");
+    let (code, b) = request(addr, "POST", "/v1/plugins", TOKEN, "application/json", body("a2", "a").as_bytes()).await;
+    assert_eq!(code, 409, "{b}");
+    assert!(b.contains("maximum of 1 plugins"), "{b}");
+    e2e::eventually("synced", || registry.get("a1").is_some_and(|s| s.synced)).await;
+    src.apply_config_map("team-b", "theirs", "2").unwrap();
+    src.apply_config_map("team-a", "mine", "2").unwrap();
+    e2e::eventually("a's update", || registry.get("a1").is_some_and(|s| s.delivered == 2)).await;
+    let loaded = registry.loaded("a1").unwrap();
+    assert_eq!(loaded.spec.limits.fuel_per_call, Some(1_000_000), "the tenant's fuel cap applies");
     run.stop().await;
 }

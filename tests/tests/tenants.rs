@@ -74,7 +74,10 @@ async fn a_tenant_never_receives_nor_reads_another_tenants_objects() {
     assert!(lines.iter().any(|l| l == "probe a1/x found=true"), "{lines:#?}");
     // The prober's tenant is not granted cluster-scoped objects.
     assert!(lines.iter().any(|l| l == "probe a1 found=false"), "{lines:#?}");
-    assert!(lines.iter().filter(|l| l.starts_with("cache lists")).all(|l| l == "cache lists 2 objects in all"), "{lines:#?}");
+    assert!(
+        lines.iter().filter(|l| l.starts_with("cache lists")).all(|l| l == "cache lists 2 objects in all"),
+        "{lines:#?}"
+    );
     run.stop().await;
 }
 
@@ -106,7 +109,8 @@ async fn well_behaved_latency(with_neighbours: bool) -> Vec<Duration> {
         let everything = Some(tenant(&["a", "b"], false));
         let mut spin = def("a-spinner", "spin", &sink, everything.clone());
         spin.spec.config_json = json!({"name": "*"}).to_string();
-        spin.spec.limits = Limits { fuel_per_call: None, deadline_per_call: Duration::from_millis(50), ..Limits::default() };
+        spin.spec.limits =
+            Limits { fuel_per_call: None, deadline_per_call: Duration::from_millis(50), ..Limits::default() };
         registry.load(spin).unwrap();
         let mut panicky = def("a-panicker", "panic-on", &sink, everything);
         panicky.spec.config_json = json!({"name": "*"}).to_string();
@@ -131,7 +135,10 @@ async fn a_spinning_and_a_panicking_neighbour_do_not_delay_another_tenant() {
     let (a50, c50) = (alone[alone.len() / 2], crowded[crowded.len() / 2]);
     // Generous: the precise figures are in `cargo bench --bench swap`. A
     // starved plugin would wait for the spinner's 50 ms deadlines.
-    assert!(c50 <= a50 * 5 + Duration::from_millis(5), "median latency alone {a50:?}, beside misbehaving neighbours {c50:?}");
+    assert!(
+        c50 <= a50 * 5 + Duration::from_millis(5),
+        "median latency alone {a50:?}, beside misbehaving neighbours {c50:?}"
+    );
     let c90 = crowded[crowded.len() * 9 / 10];
     assert!(c90 < Duration::from_millis(50), "p90 beside misbehaving neighbours {c90:?}");
 }

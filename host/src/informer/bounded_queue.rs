@@ -103,9 +103,8 @@ fn merge(prev: Notification, next: Notification) -> Option<Notification> {
     Some(match (prev, next) {
         // Created and gone again before the handler looked: nothing happened.
         (Add { .. }, Delete(_)) => return None,
-        (Add { is_in_initial_list, .. }, Update { new, .. }) | (Add { is_in_initial_list, .. }, Add { obj: new, .. }) => {
-            Add { obj: new, is_in_initial_list }
-        }
+        (Add { is_in_initial_list, .. }, Update { new, .. })
+        | (Add { is_in_initial_list, .. }, Add { obj: new, .. }) => Add { obj: new, is_in_initial_list },
         (Update { old, .. }, Update { new, .. }) | (Update { old, .. }, Add { obj: new, .. }) => Update { old, new },
         (Update { .. }, Delete(d)) | (Delete(_), Delete(d)) => Delete(d),
         // Deleted and created again: to the handler, the object changed.
@@ -130,9 +129,7 @@ mod tests {
     use crate::informer::{Object, ObjectRef};
 
     fn obj(name: &str, rv: u32) -> ObjectRef {
-        Arc::new(
-            Object::from_json(format!(r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#)).unwrap(),
-        )
+        Arc::new(Object::from_json(format!(r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#)).unwrap())
     }
     fn upd(name: &str, a: u32, b: u32) -> Notification {
         Notification::Update { old: obj(name, a), new: obj(name, b) }

@@ -44,6 +44,25 @@ pub struct ListenerStats {
     /// Notifications merged into another of the same key (or cancelled)
     /// because the handler's pending cap was reached.
     pub coalesced: AtomicU64,
+    /// The same outcomes by notification kind: `[outcome][kind]` with
+    /// outcomes delivered, failed, crashed and kinds add, update, delete.
+    pub by_kind: [[AtomicU64; 3]; 3],
+}
+
+impl ListenerStats {
+    /// Notification kinds in the order of [`ListenerStats::by_kind`].
+    pub const KINDS: [&'static str; 3] = ["add", "update", "delete"];
+    /// Outcomes in the order of [`ListenerStats::by_kind`].
+    pub const OUTCOMES: [&'static str; 3] = ["delivered", "failed", "crashed"];
+
+    fn count(&self, outcome: usize, n: &Notification) {
+        let kind = match n {
+            Notification::Add { .. } => 0,
+            Notification::Update { .. } => 1,
+            Notification::Delete(_) => 2,
+        };
+        self.by_kind[outcome][kind].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 struct Resync {
@@ -252,15 +271,18 @@ impl ProcessorListener {
         match r {
             Ok(()) => {
                 self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                self.stats.count(0, n);
                 None
             }
             Err(HandlerError::Failed(msg)) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                self.stats.count(1, n);
                 tracing::warn!(handler = %self.name, key = n.key(), kind = n.kind(), "handler returned an error: {msg}");
                 None
             }
             Err(HandlerError::Crashed(msg)) => {
                 self.stats.crashed.fetch_add(1, Ordering::Relaxed);
+                self.stats.count(2, n);
                 Some(msg)
             }
         }

@@ -254,8 +254,7 @@ impl WasmHandler {
         let started = Instant::now();
         let r = f(&mut live.store, &live.plugin);
         let stats = &self.shared.stats;
-        stats.call_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        stats.calls.fetch_add(1, Ordering::Relaxed);
+        stats.observe_call(started.elapsed().as_secs_f64());
         let left = live.store.get_fuel().unwrap_or(0);
         stats.fuel_consumed.fetch_add(fuel.saturating_sub(left), Ordering::Relaxed);
         match r {

@@ -175,6 +175,9 @@ pub struct PluginStats {
     /// Nanoseconds spent in calls, and the number of calls.
     pub call_nanos: AtomicU64,
     pub calls: AtomicU64,
+    /// Calls by duration: `call_buckets[i]` counts calls that took at most
+    /// [`CALL_BUCKETS`]`[i]` seconds and more than the bucket before.
+    pub call_buckets: [AtomicU64; CALL_BUCKETS.len()],
     /// Calls of `object.json()` (metadata-only plugins keep this at 0).
     pub json_calls: AtomicU64,
     /// Traps, by cause.
@@ -182,6 +185,22 @@ pub struct PluginStats {
     pub traps_deadline: AtomicU64,
     pub traps_memory: AtomicU64,
     pub traps_other: AtomicU64,
+}
+
+/// Upper bounds (seconds) of the call-latency histogram; one more bucket
+/// (+Inf) is implied by `calls`.
+pub const CALL_BUCKETS: [f64; 10] = [1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 5e-2, 0.25, 1.0];
+
+impl PluginStats {
+    /// Records one call that took `secs`.
+    pub fn observe_call(&self, secs: f64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(i) = CALL_BUCKETS.iter().position(|b| secs <= *b) {
+            self.call_buckets[i].fetch_add(1, Relaxed);
+        }
+        self.call_nanos.fetch_add((secs * 1e9) as u64, Relaxed);
+        self.calls.fetch_add(1, Relaxed);
+    }
 }
 
 /// What `load` learned about a plugin (for `check` and the start-up log).

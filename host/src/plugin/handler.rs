@@ -81,6 +81,8 @@ pub struct WasmHandler {
     instantiate_time: Duration,
     version: String,
     slot: Option<SwapSlot>,
+    /// (fuel, epoch ticks) armed before every call.
+    call_budget: (u64, u64),
 }
 
 type CallResult = wasmtime::Result<Result<(), String>>;
@@ -103,7 +105,9 @@ impl WasmHandler {
             instantiate_time: Duration::ZERO,
             version,
             slot: None,
+            call_budget: (0, 0),
         };
+        h.call_budget = h.budget(1);
         h.start()?;
         Ok(h)
     }
@@ -122,7 +126,8 @@ impl WasmHandler {
     /// Switches to a staged version, if one waits.
     fn pick_up_staged(&mut self) {
         let Some(slot) = &self.slot else { return };
-        if !slot.waiting.swap(false, Ordering::AcqRel) {
+        // A load first: the swap's read-modify-write is needed only rarely.
+        if !slot.waiting.load(Ordering::Acquire) || !slot.waiting.swap(false, Ordering::AcqRel) {
             return;
         }
         let Some(next) = slot.staged.lock().take() else { return };
@@ -145,14 +150,20 @@ impl WasmHandler {
         &self.spec.name
     }
 
-    fn arm(&self, store: &mut Store<Sandbox>, factor: u32) -> u64 {
-        let fuel = self.spec.limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
+    /// Fuel and epoch ticks for a call with `factor` times the limits.
+    fn budget(&self, factor: u32) -> (u64, u64) {
         // Fuel is always enabled on the engine; unlimited means "a lot".
-        let _ = store.set_fuel(fuel);
+        let fuel = self.spec.limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
         let deadline = self.spec.limits.deadline_per_call * factor;
         let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
         // +1: the next tick may be only an instant away.
-        store.set_epoch_deadline(ticks.max(1) + 1);
+        (fuel, ticks.max(1) + 1)
+    }
+
+    fn arm(&self, store: &mut Store<Sandbox>, factor: u32) -> u64 {
+        let (fuel, ticks) = if factor == 1 { self.call_budget } else { self.budget(factor) };
+        let _ = store.set_fuel(fuel);
+        store.set_epoch_deadline(ticks);
         fuel
     }
 
@@ -247,10 +258,12 @@ impl WasmHandler {
 
     /// Calls into the live instance (no restart: used by replay).
     fn call_on(&mut self, f: impl FnOnce(&mut Store<Sandbox>, &Plugin) -> CallResult) -> Result<(), HandlerError> {
-        let Some(mut live) = self.live.take() else {
+        let (fuel, ticks) = self.call_budget;
+        let Some(live) = self.live.as_mut() else {
             return Err(HandlerError::Crashed("no live instance".into()));
         };
-        let fuel = self.arm(&mut live.store, 1);
+        let _ = live.store.set_fuel(fuel);
+        live.store.set_epoch_deadline(ticks);
         let started = Instant::now();
         let r = f(&mut live.store, &live.plugin);
         let stats = &self.shared.stats;
@@ -258,16 +271,13 @@ impl WasmHandler {
         let left = live.store.get_fuel().unwrap_or(0);
         stats.fuel_consumed.fetch_add(fuel.saturating_sub(left), Ordering::Relaxed);
         match r {
-            Ok(Ok(())) => {
-                self.live = Some(live);
-                Ok(())
-            }
-            Ok(Err(msg)) => {
-                self.live = Some(live);
-                Err(HandlerError::Failed(msg))
-            }
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(msg)) => Err(HandlerError::Failed(msg)),
             // The instance is poisoned for good: it is dropped here.
-            Err(e) => Err(HandlerError::Crashed(self.describe(&e, &live.store, 1))),
+            Err(e) => {
+                let live = self.live.take().expect("borrowed above");
+                Err(HandlerError::Crashed(self.describe(&e, &live.store, 1)))
+            }
         }
     }
 

@@ -1,28 +1,7 @@
 //! Version 1 of a plugin for hot-swap tests: logs like `recorder`, each
-//! line prefixed with `v1`. Its twin `swap-v2` differs only in that prefix.
-
-use informer_guest::{Deleted, Object, ResourceEventHandler, describe, info};
+//! line prefixed with `v1`. Its twin differs only in that prefix, so the
+//! two components have different content hashes.
 
 const VERSION: &str = "v1";
 
-#[derive(Default)]
-struct Versioned;
-
-impl ResourceEventHandler for Versioned {
-    fn on_add(&mut self, obj: &Object, is_in_initial_list: bool) -> Result<(), String> {
-        info!("{VERSION} {}", describe::add(obj, is_in_initial_list));
-        Ok(())
-    }
-
-    fn on_update(&mut self, old: &Object, new: &Object) -> Result<(), String> {
-        info!("{VERSION} {}", describe::update(old, new));
-        Ok(())
-    }
-
-    fn on_delete(&mut self, obj: &Deleted) -> Result<(), String> {
-        info!("{VERSION} {}", describe::delete(obj));
-        Ok(())
-    }
-}
-
-informer_guest::export_plugin!(Versioned);
+include!("../../swap-v1/src/versioned.rs");

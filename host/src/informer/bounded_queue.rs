@@ -11,7 +11,6 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::handler::Notification;
-use super::object::DeletedObject;
 
 /// A FIFO of notifications that coalesces by key above `cap`.
 #[derive(Debug)]
@@ -114,19 +113,12 @@ fn merge(prev: Notification, next: Notification) -> Option<Notification> {
     })
 }
 
-impl DeletedObject {
-    #[cfg(test)]
-    fn rv(&self) -> Option<&str> {
-        self.object().resource_version()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::informer::{Object, ObjectRef};
+    use crate::informer::{DeletedObject, Object, ObjectRef};
 
     fn obj(name: &str, rv: u32) -> ObjectRef {
         Arc::new(Object::from_json(format!(r#"{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#)).unwrap())
@@ -147,7 +139,7 @@ mod tests {
                     old.resource_version().unwrap(),
                     new.resource_version().unwrap()
                 ),
-                Notification::Delete(d) => format!("delete {} {}", d.key(), d.rv().unwrap()),
+                Notification::Delete(d) => format!("delete {} {}", d.key(), d.object().resource_version().unwrap()),
             })
             .collect()
     }

@@ -17,14 +17,14 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use informer_host::informer::{InformerOptions, Registration, SharedIndexInformer};
+use e2e::plugins::Running;
+use informer_host::informer::Registration;
 use informer_host::plugin::{
-    CacheView, Grants, Level, LoadedPlugin, LogSink, PluginError, PluginRuntime, PluginSpec, RuntimeConfig,
+    Grants, Level, LoadedPlugin, LogSink, PluginError, PluginRuntime, PluginSpec, RuntimeConfig,
 };
 use informer_host::source::MemorySource;
 use parking_lot::Mutex;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 /// The non-Rust recorders, by folder under `plugins/`.
 const RECORDERS: [&str; 3] = ["python-recorder", "js-recorder", "c-recorder"];
@@ -144,32 +144,6 @@ async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-struct Running {
-    informer: SharedIndexInformer,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    fn start(src: &MemorySource) -> Running {
-        let informer = SharedIndexInformer::new(src.clone(), InformerOptions::default());
-        let stop = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, s) = (informer.clone(), stop.clone());
-            async move { i.run(s).await }
-        });
-        Running { informer, stop, task }
-    }
-    fn add(&self, plugin: &LoadedPlugin) -> Registration {
-        let h = plugin.handler(Some(CacheView::new(self.informer.indexer().clone()))).unwrap();
-        self.informer.add_named_event_handler(plugin.spec.name.clone(), Box::new(h), Duration::ZERO).unwrap()
-    }
-    async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.unwrap();
     }
 }
 

@@ -62,6 +62,14 @@ impl BoundedQueue {
         n
     }
 
+    /// Puts back notifications popped but not delivered, in front of
+    /// everything queued meanwhile, keeping their order.
+    pub fn unpop(&mut self, ns: impl DoubleEndedIterator<Item = Notification>) {
+        for n in ns.rev() {
+            self.queue.push_front(n);
+        }
+    }
+
     pub fn clear(&mut self) {
         self.queue = VecDeque::new();
     }

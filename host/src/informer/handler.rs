@@ -82,6 +82,16 @@ pub trait ResourceEventHandler: Send + 'static {
         Delivery::Inline
     }
 
+    /// Delivers notifications in order, pushing one outcome per
+    /// notification handled into `outcomes`. It stops right after a
+    /// [`HandlerError::Crashed`] outcome: the notifications after that one
+    /// were not delivered and come again. [`Delivery::Blocking`] handlers
+    /// receive their notifications this way, so that one call into a
+    /// sandbox can carry many; the default delivers them one at a time.
+    fn deliver_many(&mut self, batch: &[&Notification], outcomes: &mut Vec<Result<(), HandlerError>>) {
+        deliver_each(self, batch, outcomes);
+    }
+
     /// Delivers one notification. A native panic is caught and reported as
     /// [`HandlerError::Crashed`], like client-go's `HandleCrash`.
     fn deliver(&mut self, n: &Notification) -> Result<(), HandlerError> {
@@ -93,6 +103,23 @@ pub trait ResourceEventHandler: Send + 'static {
         match r {
             Ok(r) => r,
             Err(payload) => Err(HandlerError::Crashed(panic_message(&payload))),
+        }
+    }
+}
+
+/// [`ResourceEventHandler::deliver_many`] one notification at a time (for
+/// handlers that override it and sometimes fall back).
+pub fn deliver_each<H: ResourceEventHandler + ?Sized>(
+    handler: &mut H,
+    batch: &[&Notification],
+    outcomes: &mut Vec<Result<(), HandlerError>>,
+) {
+    for n in batch {
+        let r = handler.deliver(n);
+        let crashed = matches!(r, Err(HandlerError::Crashed(_)));
+        outcomes.push(r);
+        if crashed {
+            return;
         }
     }
 }

@@ -32,6 +32,11 @@ pub const CRASH_BACKOFF: Duration = Duration::from_secs(1);
 /// Most notifications handed to a handler before the delivery task yields.
 const MAX_BATCH: usize = 256;
 
+/// A blocking handler keeps its delivery worker for at most this long (or
+/// this many batches) before it lets another handler have it.
+const SLICE: Duration = Duration::from_millis(2);
+const SLICE_ROUNDS: usize = 16;
+
 /// Counters a listener keeps; read them through a [`Registration`].
 #[derive(Debug, Default)]
 pub struct ListenerStats {
@@ -54,14 +59,28 @@ impl ListenerStats {
     pub const KINDS: [&'static str; 3] = ["add", "update", "delete"];
     /// Outcomes in the order of [`ListenerStats::by_kind`].
     pub const OUTCOMES: [&'static str; 3] = ["delivered", "failed", "crashed"];
+}
 
-    fn count(&self, outcome: usize, n: &Notification) {
-        let kind = match n {
-            Notification::Add { .. } => 0,
-            Notification::Update { .. } => 1,
-            Notification::Delete(_) => 2,
-        };
-        self.by_kind[outcome][kind].fetch_add(1, Ordering::Relaxed);
+/// Outcomes counted locally, `[outcome][kind]` as in
+/// [`ListenerStats::by_kind`].
+#[derive(Default)]
+struct Tally([[u64; 3]; 3]);
+
+impl Tally {
+    fn flush(&self, stats: &ListenerStats) {
+        let totals = [&stats.delivered, &stats.failed, &stats.crashed];
+        for (outcome, kinds) in self.0.iter().enumerate() {
+            let sum: u64 = kinds.iter().sum();
+            if sum == 0 {
+                continue;
+            }
+            totals[outcome].fetch_add(sum, Ordering::Relaxed);
+            for (kind, &count) in kinds.iter().enumerate() {
+                if count > 0 {
+                    stats.by_kind[outcome][kind].fetch_add(count, Ordering::Relaxed);
+                }
+            }
+        }
     }
 }
 
@@ -268,21 +287,32 @@ impl ProcessorListener {
 
     /// Records the outcome of one call; returns the crash message if any.
     fn record(&self, n: &Notification, r: Result<(), HandlerError>) -> Option<String> {
+        let mut tally = Tally::default();
+        let crash = self.tally(&mut tally, n, r);
+        tally.flush(&self.stats);
+        crash
+    }
+
+    /// Like [`Self::record`] into `tally`, so a batch updates the shared
+    /// counters once rather than once per notification.
+    fn tally(&self, tally: &mut Tally, n: &Notification, r: Result<(), HandlerError>) -> Option<String> {
+        let kind = match n {
+            Notification::Add { .. } => 0,
+            Notification::Update { .. } => 1,
+            Notification::Delete(_) => 2,
+        };
         match r {
             Ok(()) => {
-                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
-                self.stats.count(0, n);
+                tally.0[0][kind] += 1;
                 None
             }
             Err(HandlerError::Failed(msg)) => {
-                self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                self.stats.count(1, n);
+                tally.0[1][kind] += 1;
                 tracing::warn!(handler = %self.name, key = n.key(), kind = n.kind(), "handler returned an error: {msg}");
                 None
             }
             Err(HandlerError::Crashed(msg)) => {
-                self.stats.crashed.fetch_add(1, Ordering::Relaxed);
-                self.stats.count(2, n);
+                tally.0[2][kind] += 1;
                 Some(msg)
             }
         }
@@ -337,6 +367,72 @@ impl ProcessorListener {
         Round::More
     }
 
+    /// Like [`Self::deliver_batch`], handing the handler up to `MAX_BATCH`
+    /// notifications in one [`ResourceEventHandler::deliver_many`] call:
+    /// from the private queue if it holds any, else one run of the log.
+    fn deliver_many(&self, handler: &mut dyn ResourceEventHandler, cursor: &mut Option<Cursor>) -> Round {
+        if self.is_closed() {
+            return Round::Closed;
+        }
+        let mut outcomes = Vec::with_capacity(MAX_BATCH);
+        let private: Vec<Notification> = {
+            let mut q = self.private.lock();
+            std::iter::from_fn(|| q.pop()).take(MAX_BATCH).collect()
+        };
+        if !private.is_empty() {
+            let refs: Vec<&Notification> = private.iter().collect();
+            handler.deliver_many(&refs, &mut outcomes);
+            let handled = outcomes.len().min(private.len());
+            let (mut crash, mut tally, mut initial) = (None, Tally::default(), 0);
+            for (n, r) in private.iter().zip(outcomes.drain(..)) {
+                // As in `deliver_batch`: a crashed initial add counts.
+                initial += usize::from(n.is_initial());
+                if let Some(msg) = self.tally(&mut tally, n, r) {
+                    crash = Some(Self::crashed(n, msg));
+                }
+            }
+            tally.flush(&self.stats);
+            self.private_initial.fetch_sub(initial, Ordering::AcqRel);
+            if handled < private.len() {
+                self.private.lock().unpop(private.into_iter().skip(handled));
+            }
+            return crash.unwrap_or(Round::More);
+        }
+        let Some(cursor) = cursor else { return Round::Idle };
+        let run = cursor.peek(MAX_BATCH);
+        if run.is_empty() {
+            return Round::Idle;
+        }
+        let (mut refs, mut seqs) = (Vec::with_capacity(MAX_BATCH), Vec::with_capacity(MAX_BATCH));
+        for (seq, entry) in run.entries() {
+            if entry.is_for(self.id) {
+                refs.push(&entry.notification);
+                seqs.push(seq);
+            }
+        }
+        handler.deliver_many(&refs, &mut outcomes);
+        let handled = outcomes.len().min(refs.len());
+        let (mut crash, mut tally) = (None, Tally::default());
+        for (n, r) in refs.iter().zip(outcomes.drain(..)) {
+            if let Some(msg) = self.tally(&mut tally, n, r) {
+                crash = Some(Self::crashed(n, msg));
+            }
+        }
+        // Handled or skipped, up to the last outcome; the rest come again.
+        // The counters move before `consumed`, so whoever sees a handler
+        // caught up also sees what it delivered.
+        tally.flush(&self.stats);
+        let next = match handled {
+            h if h == refs.len() => run.end_seq(),
+            0 => seqs[0],
+            h => seqs[h - 1] + 1,
+        };
+        drop(run);
+        cursor.advance(next);
+        self.consumed.store(next, Ordering::Release);
+        crash.unwrap_or(Round::More)
+    }
+
     /// The delivery loop (client-go's `pop` and `run` together). Returns
     /// when the listener is closed.
     pub(crate) async fn run(self: Arc<Self>) {
@@ -353,7 +449,17 @@ impl ProcessorListener {
                     let Ok(_permit) = self.blocking.clone().acquire_owned().await else { return };
                     let me = self.clone();
                     let joined = tokio::task::spawn_blocking(move || {
-                        let round = me.deliver_batch(handler.as_mut(), &mut cursor);
+                        // Several rounds per hop to the pool, within a slice of
+                        // CPU time, so the hop's cost is shared by many calls.
+                        let slice = std::time::Instant::now();
+                        let mut rounds = 0;
+                        let round = loop {
+                            let round = me.deliver_many(handler.as_mut(), &mut cursor);
+                            rounds += 1;
+                            if !matches!(round, Round::More) || rounds == SLICE_ROUNDS || slice.elapsed() >= SLICE {
+                                break round;
+                            }
+                        };
                         (handler, cursor, round)
                     })
                     .await;

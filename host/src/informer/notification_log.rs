@@ -166,12 +166,63 @@ impl Cursor {
         Some((seq, entry))
     }
 
+    /// Up to `max` entries after the cursor, all from one chunk, without
+    /// moving it (see [`Cursor::advance`]).
+    pub(crate) fn peek(&mut self, max: usize) -> Run {
+        if self.idx == CHUNK
+            && let Some(next) = self.chunk.next.get()
+        {
+            self.chunk = next.clone();
+            self.idx = 0;
+        }
+        let mut end = self.idx;
+        while end < CHUNK && end - self.idx < max && self.chunk.slots[end].get().is_some() {
+            end += 1;
+        }
+        Run { chunk: self.chunk.clone(), start: self.idx, end }
+    }
+
+    /// Moves the cursor to `seq`, which must lie within the last [`Run`]
+    /// peeked.
+    pub(crate) fn advance(&mut self, seq: u64) {
+        let idx = (seq - self.chunk.base) as usize;
+        debug_assert!(idx >= self.idx && idx <= CHUNK);
+        self.idx = idx;
+    }
+
     /// Whether an entry is waiting.
     pub(crate) fn has_next(&self) -> bool {
         if self.idx == CHUNK {
             return self.chunk.next.get().is_some_and(|c| c.slots[0].get().is_some());
         }
         self.chunk.slots[self.idx].get().is_some()
+    }
+}
+
+/// Consecutive entries of one chunk, as [`Cursor::peek`] saw them.
+pub(crate) struct Run {
+    chunk: Arc<Chunk>,
+    start: usize,
+    end: usize,
+}
+
+impl Run {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// One past the sequence number of the last entry.
+    pub(crate) fn end_seq(&self) -> u64 {
+        self.chunk.base + self.end as u64
+    }
+
+    /// The entries with their sequence numbers.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (u64, &Entry)> {
+        let base = self.chunk.base + self.start as u64;
+        self.chunk.slots[self.start..self.end]
+            .iter()
+            .enumerate()
+            .map(move |(i, slot)| (base + i as u64, slot.get().expect("peeked entries are set")))
     }
 }
 

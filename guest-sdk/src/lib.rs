@@ -1,7 +1,7 @@
 //! Rust guest SDK for Informer Host plugins.
 //!
 //! A plugin is a WebAssembly component targeting the `informer-host:plugin`
-//! world (`wit/plugin.wit`). This crate hides the `wit-bindgen` plumbing: a
+//! world `batched-plugin` (`wit/plugin.wit`). This crate hides the `wit-bindgen` plumbing: a
 //! plugin implements [`ResourceEventHandler`] on a type of its own and hands
 //! that type to [`export_plugin!`], which exports the component functions and
 //! keeps one value of the type per instance.
@@ -21,6 +21,13 @@
 //!   the host's `log` import, tagged by the host with plugin and tenant.
 //! - **Cache**: [`cache::get`], [`cache::list`] and [`cache::by_index`] read the
 //!   informer's cache (only when the host grants the capability).
+//!
+//! - **Batches**: the host hands the plugin many notifications per call
+//!   (`on-batch`); the SDK calls the trait methods one at a time, in order,
+//!   and tells the host which one is running whenever it matters: before the
+//!   first log line or panic of a notification. A notification that neither
+//!   logs nor fails costs no host call, and an object it never looks at is
+//!   never lent.
 //!
 //! Returning `Err` from a handler method is logged and counted by the host; a
 //! panic traps the instance and the host skips that notification.
@@ -62,7 +69,7 @@ extern crate self as informer_guest;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "plugin",
+        world: "batched-plugin",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_bindings",
@@ -73,14 +80,130 @@ pub mod bindings {
 
 use serde::de::DeserializeOwned;
 
-pub use bindings::informer_host::plugin::types::{Deleted, Level, Object, Tombstone};
+use bindings::informer_host::plugin::types as raw;
+pub use bindings::informer_host::plugin::types::Level;
 
 /// Read-only access to the informer's cache (the `cache` import).
 ///
 /// The host links this capability only when the plugin's configuration grants
 /// it; a plugin that never calls these functions does not import it.
 pub mod cache {
-    pub use crate::bindings::informer_host::plugin::cache::{by_index, get, list};
+    use crate::Object;
+    use crate::bindings::informer_host::plugin::cache as raw;
+
+    /// The cached object with this key.
+    pub fn get(key: &str) -> Option<Object> {
+        raw::get(key).map(Object::from)
+    }
+
+    /// Every cached object of a namespace, or of every visible namespace.
+    pub fn list(namespace: Option<&str>) -> Vec<Object> {
+        raw::list(namespace).into_iter().map(Object::from).collect()
+    }
+
+    /// Objects whose index `index` yields `value` (`namespace` is built in).
+    pub fn by_index(index: &str, value: &str) -> Result<Vec<Object>, String> {
+        Ok(raw::by_index(index, value)?.into_iter().map(Object::from).collect())
+    }
+}
+
+/// One immutable version of a Kubernetes object, owned by the host.
+///
+/// Metadata accessors copy only the field asked for; [`Object::json`] copies
+/// the whole object. An object that arrives in a batch is a slot of the
+/// batch until its first accessor call, so a handler that ignores it costs
+/// no host call.
+pub struct Object {
+    slot: Option<u32>,
+    handle: std::cell::OnceCell<raw::Object>,
+}
+
+impl From<raw::Object> for Object {
+    fn from(handle: raw::Object) -> Self {
+        Object { slot: None, handle: handle.into() }
+    }
+}
+
+impl Object {
+    fn lent(slot: u32) -> Self {
+        Object { slot: Some(slot), handle: std::cell::OnceCell::new() }
+    }
+
+    fn raw(&self) -> &raw::Object {
+        self.handle.get_or_init(|| {
+            let slot = self.slot.expect("an object without a handle is a batch slot");
+            bindings::informer_host::plugin::delivery::lend(slot)
+        })
+    }
+
+    /// `namespace/name`, or `name` for a cluster-scoped object.
+    pub fn key(&self) -> String {
+        self.raw().key()
+    }
+    pub fn namespace(&self) -> Option<String> {
+        self.raw().namespace()
+    }
+    pub fn name(&self) -> String {
+        self.raw().name()
+    }
+    pub fn uid(&self) -> Option<String> {
+        self.raw().uid()
+    }
+    pub fn resource_version(&self) -> Option<String> {
+        self.raw().resource_version()
+    }
+    pub fn api_version(&self) -> String {
+        self.raw().api_version()
+    }
+    pub fn kind(&self) -> String {
+        self.raw().kind()
+    }
+    pub fn labels(&self) -> Vec<(String, String)> {
+        self.raw().labels()
+    }
+    /// The value of one label, without copying the others.
+    pub fn label(&self, key: &str) -> Option<String> {
+        self.raw().label(key)
+    }
+    pub fn annotations(&self) -> Vec<(String, String)> {
+        self.raw().annotations()
+    }
+    /// The whole object as JSON text.
+    pub fn json(&self) -> String {
+        self.raw().json()
+    }
+    /// The JSON text of the value at an RFC 6901 pointer such as
+    /// `/spec/replicas`, or `None` when nothing is there.
+    pub fn pointer(&self, pointer: &str) -> Option<String> {
+        self.raw().pointer(pointer)
+    }
+}
+
+/// client-go's `DeletedFinalStateUnknown`: the object was deleted while the
+/// watch was disconnected, so its final state is unknown.
+pub struct Tombstone {
+    pub key: String,
+    /// The last state the host had cached.
+    pub last_known: Option<Object>,
+}
+
+/// What [`ResourceEventHandler::on_delete`] receives.
+pub enum Deleted {
+    /// The last known state of the deleted object.
+    Object(Object),
+    /// Deleted during a disconnection; found missing on relist.
+    UnknownFinalState(Tombstone),
+}
+
+impl From<raw::Deleted> for Deleted {
+    fn from(d: raw::Deleted) -> Self {
+        match d {
+            raw::Deleted::Object(obj) => Deleted::Object(obj.into()),
+            raw::Deleted::UnknownFinalState(t) => {
+                Deleted::UnknownFinalState(Tombstone { key: t.key, last_known: t.last_known.map(Object::from) })
+            }
+        }
+    }
 }
 
 /// A handler of informer notifications, implemented by the plugin's own type.
@@ -236,6 +359,7 @@ pub mod describe {
 ///
 /// Prefer the [`info!`] family of macros.
 pub fn log(level: Level, message: &str) {
+    __private::before_visible_effect();
     bindings::informer_host::plugin::log::log(level, message);
 }
 
@@ -304,27 +428,35 @@ macro_rules! export_plugin {
                 }
 
                 fn on_add(
-                    obj: $crate::Object,
+                    obj: $crate::__private::RawObject,
                     is_in_initial_list: bool,
                 ) -> ::core::result::Result<(), ::std::string::String> {
                     $crate::__private::with(&__INFORMER_GUEST_STATE, |handler| {
-                        $crate::ResourceEventHandler::on_add(handler, &obj, is_in_initial_list)
+                        $crate::ResourceEventHandler::on_add(handler, &obj.into(), is_in_initial_list)
                     })
                 }
 
                 fn on_update(
-                    old: $crate::Object,
-                    new: $crate::Object,
+                    old: $crate::__private::RawObject,
+                    new: $crate::__private::RawObject,
                 ) -> ::core::result::Result<(), ::std::string::String> {
                     $crate::__private::with(&__INFORMER_GUEST_STATE, |handler| {
-                        $crate::ResourceEventHandler::on_update(handler, &old, &new)
+                        $crate::ResourceEventHandler::on_update(handler, &old.into(), &new.into())
                     })
                 }
 
-                fn on_delete(obj: $crate::Deleted) -> ::core::result::Result<(), ::std::string::String> {
+                fn on_delete(
+                    obj: $crate::__private::RawDeleted,
+                ) -> ::core::result::Result<(), ::std::string::String> {
                     $crate::__private::with(&__INFORMER_GUEST_STATE, |handler| {
-                        $crate::ResourceEventHandler::on_delete(handler, &obj)
+                        $crate::ResourceEventHandler::on_delete(handler, &obj.into())
                     })
+                }
+            }
+
+            impl $crate::bindings::exports::informer_host::plugin::batch_handler::Guest for __InformerGuestExport {
+                fn on_batch(items: ::std::vec::Vec<$crate::bindings::exports::informer_host::plugin::batch_handler::Notification>) {
+                    $crate::__private::on_batch(&__INFORMER_GUEST_STATE, items)
                 }
             }
 
@@ -341,7 +473,13 @@ pub mod __private {
 
     pub use wit_bindgen;
 
-    use crate::{Config, ResourceEventHandler};
+    use std::cell::Cell;
+
+    pub use crate::bindings::informer_host::plugin::types::{Deleted as RawDeleted, Object as RawObject};
+
+    use crate::bindings::exports::informer_host::plugin::batch_handler::Notification;
+    use crate::bindings::informer_host::plugin::delivery::{begin, done};
+    use crate::{Config, Deleted, Object, ResourceEventHandler, Tombstone};
 
     /// The per-instance plugin value (`None` until `init` or the first call).
     pub struct State<T>(RefCell<Option<T>>);
@@ -359,10 +497,69 @@ pub mod __private {
     }
 
     pub fn init<T: ResourceEventHandler>(state: &'static LocalKey<State<T>>, config: String) -> Result<(), String> {
+        // A panic message is a visible effect: tell the host which batch item
+        // panicked before the message is written and the instance traps.
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        HOOK.call_once(|| {
+            let default = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                before_visible_effect();
+                default(info)
+            }));
+        });
         let mut handler = T::default();
         handler.init(&Config::new(config))?;
         state.with(|state| *state.0.borrow_mut() = Some(handler));
         Ok(())
+    }
+
+    /// The batch item being handled: its index, and whether the host was
+    /// told it is having a visible effect (`delivery.begin`).
+    struct Current {
+        index: u32,
+        begun: bool,
+    }
+
+    thread_local! {
+        static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
+    }
+
+    /// Tells the host, once per batch item, that the item is about to have a
+    /// visible effect, so a trap from here on skips exactly this item.
+    pub fn before_visible_effect() {
+        CURRENT.with(|c| {
+            if let Some(Current { index, begun: false }) = c.take() {
+                begin(index);
+                c.set(Some(Current { index, begun: true }));
+            } else if let Some(cur) = c.take() {
+                c.set(Some(cur));
+            }
+        })
+    }
+
+    /// Handles a batch in order. Items that have no visible effect and
+    /// succeed cost no host call; the others are reported (see the WIT).
+    pub fn on_batch<T: ResourceEventHandler>(state: &'static LocalKey<State<T>>, items: Vec<Notification>) {
+        with(state, |handler| {
+            for (index, item) in (0u32..).zip(items) {
+                CURRENT.with(|c| c.set(Some(Current { index, begun: false })));
+                let result = match item {
+                    Notification::Add((slot, initial)) => handler.on_add(&Object::lent(slot), initial),
+                    Notification::Update((old, new)) => handler.on_update(&Object::lent(old), &Object::lent(new)),
+                    Notification::Delete(slot) => handler.on_delete(&Deleted::Object(Object::lent(slot))),
+                    Notification::DeleteFinalStateUnknown((key, slot)) => {
+                        handler.on_delete(&Deleted::UnknownFinalState(Tombstone {
+                            key,
+                            last_known: Some(Object::lent(slot)),
+                        }))
+                    }
+                };
+                let begun = CURRENT.with(|c| c.take()).is_some_and(|c| c.begun);
+                if begun || result.is_err() {
+                    done(index, result.as_ref().err().map(String::as_str));
+                }
+            }
+        })
     }
 
     pub fn with<T: ResourceEventHandler, R>(state: &'static LocalKey<State<T>>, f: impl FnOnce(&mut T) -> R) -> R {

@@ -11,7 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use informer_host::informer::{FnHandler, InformerOptions, ResourceEventHandler, SharedIndexInformer};
+use informer_host::informer::{
+    FnHandler, InformerOptions, Notification, ResourceEventHandler, SharedIndexInformer, deliver_each,
+};
 use informer_host::plugin::{CacheView, LoadedPlugin, PluginRuntime, PluginSpec, RuntimeConfig};
 use informer_host::source::MemorySource;
 use tokio_util::sync::CancellationToken;
@@ -80,14 +82,49 @@ fn main() {
     let json = load("json-reader");
 
     println!("Instantiate from InstancePre + init, and memory per instance (100 instances each):");
-    println!("{:<14} {:>14} {:>16} {:>12}", "plugin", "instantiate", "RSS/instance", "size");
+    println!("{:<14} {:>14} {:>16} {:>12}  world", "plugin", "instantiate", "RSS/instance", "size");
     for p in [&noop, &meta, &json] {
         let before = rss_kib();
         let hs: Vec<_> = (0..100).map(|_| p.handler(None).unwrap()).collect();
         let per = hs.iter().map(|h| h.instantiate_time()).sum::<Duration>() / 100;
         let rss = (rss_kib().saturating_sub(before)) / 100;
-        println!("{:<14} {:>12.1?} {:>13} KiB {:>8} KiB", p.info.name, per, rss, p.info.size_bytes / 1024);
+        println!(
+            "{:<14} {:>12.1?} {:>13} KiB {:>8} KiB  {}",
+            p.info.name,
+            per,
+            rss,
+            p.info.size_bytes / 1024,
+            p.info.world
+        );
         drop(hs);
+    }
+    println!();
+    println!("Cost of one notification inside a handler, one call each vs one call per 256 (ns):");
+    println!("{:<14} {:>12} {:>12}", "plugin", "one by one", "batched");
+    let objs: Vec<_> = (0..256)
+        .map(|i| std::sync::Arc::new(informer_host::informer::Object::from_value(&config_map(i, 1024)).unwrap()))
+        .collect();
+    let batch: Vec<Notification> =
+        objs.iter().map(|o| Notification::Add { obj: o.clone(), is_in_initial_list: false }).collect();
+    let refs: Vec<&Notification> = batch.iter().collect();
+    for p in [&noop, &meta] {
+        let mut h = p.handler(None).unwrap();
+        let rounds = 2000;
+        let mut outcomes = Vec::with_capacity(256);
+        let t = Instant::now();
+        for _ in 0..rounds {
+            outcomes.clear();
+            deliver_each(&mut h, &refs, &mut outcomes);
+        }
+        let each = t.elapsed().as_nanos() as f64 / (rounds * 256) as f64;
+        let t = Instant::now();
+        for _ in 0..rounds {
+            outcomes.clear();
+            h.deliver_many(&refs, &mut outcomes);
+        }
+        let many = t.elapsed().as_nanos() as f64 / (rounds * 256) as f64;
+        assert!(outcomes.iter().all(Result::is_ok));
+        println!("{:<14} {:>12.0} {:>12.0}", p.info.name, each, many);
     }
     println!();
     println!("Delivery of N initial adds to K handlers on one informer (notifications/s, aggregate):");
@@ -97,7 +134,7 @@ fn main() {
             let n = match (size, k) {
                 (1024, 1) => 50_000,
                 (1024, 10) => 20_000,
-                (1024, _) => 2_000,
+                (1024, _) => 10_000,
                 (_, 1) => 2_000,
                 (_, 10) => 500,
                 _ => 50,

@@ -1315,7 +1315,7 @@ fn describe_imports(imports: &[String]) -> String {
         }
         let short = i.rsplit('/').next().unwrap_or(i);
         let short = short.split('@').next().unwrap_or(short);
-        if short != "types" {
+        if short != "types" && short != "delivery" {
             caps.push(short.to_string());
         }
     }

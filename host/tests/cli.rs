@@ -213,7 +213,7 @@ fn check_on_the_examples_prints_the_plugin_table() {
             .find(|l| l.split_whitespace().next() == Some(plugin))
             .unwrap_or_else(|| panic!("no row for {plugin}:\n{stdout}"));
         assert!(line.contains(file), "{line}");
-        assert!(line.contains("informer-host:plugin/plugin@"), "{line}");
+        assert!(line.contains("informer-host:plugin/batched-plugin@"), "{line}");
         assert!(line.contains("KiB"), "{line}");
     }
     let cache_reader = stdout.lines().find(|l| l.starts_with("cache-reader")).unwrap();

@@ -132,6 +132,48 @@ async fn spin_with_unlimited_fuel_is_stopped_by_the_deadline() {
     assert_eq!(stats.traps_fuel.load(Ordering::Relaxed), 0);
 }
 
+/// Many notifications go into one `on-batch` call. When fuel runs out in
+/// pure computation, no item reported itself, so the host delivers the
+/// rest one at a time in a fresh instance: what was handled before is not
+/// repeated, the spinning item is skipped, and the items after it arrive
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trap_inside_a_batch_skips_exactly_its_item_and_repeats_nothing() {
+    let src = MemorySource::new();
+    // The initial list reaches the plugin as one batch.
+    for name in ["a", "b", "loop", "c", "d"] {
+        cm(&src, name, "1");
+    }
+    let log = Log::default();
+    let rt = runtime();
+    let mut s = spec("spin", "spin", &log);
+    s.config_json = json!({"name": "loop"}).to_string();
+    s.limits =
+        Limits { fuel_per_call: Some(5_000_000), deadline_per_call: Duration::from_secs(30), ..Limits::default() };
+    let plugin = rt.load(s).unwrap();
+    assert_eq!(plugin.info.world, informer_host::plugin::BATCHED_WORLD);
+    let run = Running::start(&src);
+    let reg = run.add(&plugin);
+    eventually("sync", || reg.has_synced()).await;
+    eventually("all but the spinning one", || log.events().len() >= 4).await;
+    let mut events = log.events();
+    events.sort();
+    assert_eq!(
+        events,
+        [
+            "add ns/a rv=1 initial=true",
+            "add ns/b rv=2 initial=true",
+            "add ns/c rv=4 initial=true",
+            "add ns/d rv=5 initial=true"
+        ]
+    );
+    assert_eq!(reg.stats().crashed.load(Ordering::Relaxed), 1);
+    assert_eq!(reg.stats().delivered.load(Ordering::Relaxed), 4);
+    // Only the trap of the item at fault counts.
+    assert_eq!(plugin.stats.traps_fuel.load(Ordering::Relaxed), 1);
+    run.stop().await;
+}
+
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kb: u64 =

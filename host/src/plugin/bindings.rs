@@ -5,8 +5,10 @@
 //! reads the sandbox of the calling instance only.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
-use wasmtime::component::Resource;
+use wasmtime::StoreContextMut;
+use wasmtime::component::{ComponentType, Linker, Lower, Resource};
 
 use super::sandbox::Sandbox;
 use crate::informer::ObjectRef;
@@ -21,6 +23,139 @@ wasmtime::component::bindgen!({
 
 pub use self::informer_host::plugin::types::Level;
 pub use self::informer_host::plugin::types::{Deleted, Tombstone};
+
+/// The `batch-handler` interface and its one function.
+pub const BATCH_EXPORT: &str = "informer-host:plugin/batch-handler@0.1.0";
+pub const ON_BATCH: &str = "on-batch";
+/// The `delivery` interface a batch reports its progress through.
+pub const DELIVERY: &str = "informer-host:plugin/delivery@0.1.0";
+
+/// One item of an `on-batch` call (WIT `batch-handler.notification`):
+/// objects are slots of [`Progress::lent`].
+#[derive(ComponentType, Lower)]
+#[component(variant)]
+pub enum BatchItem {
+    #[component(name = "add")]
+    Add((u32, bool)),
+    #[component(name = "update")]
+    Update((u32, u32)),
+    #[component(name = "delete")]
+    Delete(u32),
+    #[component(name = "delete-final-state-unknown")]
+    DeleteFinalStateUnknown((String, u32)),
+}
+
+/// An object of the batch in flight, by address: lending it costs no
+/// reference-count traffic on an object every other listener is reading
+/// too; only `delivery.lend` clones it.
+struct Lent(*const ObjectRef);
+
+// SAFETY: the pointee is an `Arc` (Send + Sync) that outlives the batch
+// (see `Progress::lend`).
+unsafe impl Send for Lent {}
+
+/// The `on-batch` call in flight: what it lends and what it reported
+/// through `delivery`.
+pub struct Progress {
+    /// The batch's objects, by slot.
+    lent: Vec<Lent>,
+    /// The item that called `begin` and not yet `done`.
+    pub begun: Option<u32>,
+    /// One past the last item reported `done`.
+    pub done: u32,
+    /// `(index, error)` of the items that returned an error.
+    pub errors: Vec<(u32, String)>,
+    /// Fuel and epoch ticks re-armed at each report.
+    pub budget: (u64, u64),
+    /// Fuel used up to the last report.
+    pub fuel_used: u64,
+    /// When the budget was last armed (for the partial item of a trap).
+    pub since: Instant,
+}
+
+impl Progress {
+    pub fn new(budget: (u64, u64)) -> Self {
+        Progress {
+            lent: Vec::new(),
+            begun: None,
+            done: 0,
+            errors: Vec::new(),
+            budget,
+            fuel_used: 0,
+            since: Instant::now(),
+        }
+    }
+
+    /// Lends `obj` to the batch; returns its slot.
+    ///
+    /// The caller keeps `obj` alive and in place for as long as this
+    /// `Progress` sits in a store: from just before the `on-batch` call
+    /// until it is taken out right after, as `WasmHandler` does with the
+    /// batch it borrows. Nothing else reads `lent`.
+    pub fn lend(&mut self, obj: &ObjectRef) -> u32 {
+        self.lent.push(Lent(obj));
+        (self.lent.len() - 1) as u32
+    }
+
+    /// The object in `slot`, if there is one.
+    fn lent(&self, slot: u32) -> Option<ObjectRef> {
+        let lent = self.lent.get(slot as usize)?;
+        // SAFETY: see `lend`: the batch outlives the call this runs in.
+        Some(unsafe { (*lent.0).clone() })
+    }
+}
+
+fn progress(data: &mut Sandbox) -> wasmtime::Result<&mut Progress> {
+    match data.progress.as_mut() {
+        Some(p) => Ok(p),
+        None => wasmtime::bail!("delivery called outside on-batch"),
+    }
+}
+
+/// Accounts the fuel used since the last report and re-arms the budget.
+fn rearm(cx: &mut StoreContextMut<'_, Sandbox>) -> wasmtime::Result<()> {
+    let left = cx.get_fuel().unwrap_or(0);
+    let p = progress(cx.data_mut())?;
+    p.fuel_used += p.budget.0.saturating_sub(left);
+    p.since = Instant::now();
+    let (fuel, ticks) = p.budget;
+    cx.set_fuel(fuel)?;
+    cx.set_epoch_deadline(ticks);
+    Ok(())
+}
+
+/// Links the `delivery` interface (progress of an `on-batch` call).
+pub fn add_delivery_to_linker(linker: &mut Linker<Sandbox>) -> wasmtime::Result<()> {
+    let mut i = linker.instance(DELIVERY)?;
+    i.func_wrap("begin", |mut cx: StoreContextMut<'_, Sandbox>, (index,): (u32,)| {
+        let p = progress(cx.data_mut())?;
+        if index < p.done || p.begun.is_some_and(|b| b != index) {
+            wasmtime::bail!("delivery.begin({index}) out of order");
+        }
+        p.begun = Some(index);
+        rearm(&mut cx)
+    })?;
+    i.func_wrap("done", |mut cx: StoreContextMut<'_, Sandbox>, (index, error): (u32, Option<String>)| {
+        let p = progress(cx.data_mut())?;
+        if index < p.done || p.begun.is_some_and(|b| b != index) {
+            wasmtime::bail!("delivery.done({index}) out of order");
+        }
+        p.begun = None;
+        p.done = index + 1;
+        if let Some(e) = error {
+            p.errors.push((index, e));
+        }
+        rearm(&mut cx)
+    })?;
+    i.func_wrap("lend", |mut cx: StoreContextMut<'_, Sandbox>, (slot,): (u32,)| {
+        let data = cx.data_mut();
+        let Some(obj) = data.progress.as_ref().and_then(|p| p.lent(slot)) else {
+            wasmtime::bail!("delivery.lend({slot}): no such slot in this batch");
+        };
+        Ok((data.push_object(obj)?,))
+    })?;
+    Ok(())
+}
 
 /// The host's representation of a WIT `object`: a shared object version.
 pub struct ObjectHandle(pub ObjectRef);

@@ -12,13 +12,19 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
+use wasmtime::component::{ComponentExportIndex, TypedFunc};
 use wasmtime::{Engine, Store, Trap};
 
-use super::bindings::{Deleted, Plugin, PluginPre, Tombstone};
+use super::bindings::{BatchItem, Deleted, Plugin, PluginPre, Progress, Tombstone};
 use super::runtime::{EPOCH_TICK, Ticker};
 use super::sandbox::{PluginShared, Sandbox, new_store};
-use super::{OnTrap, PluginError, PluginSpec};
-use crate::informer::{DeletedObject, Delivery, HandlerError, ObjectRef, ResourceEventHandler};
+use super::{OnTrap, PluginError, PluginSpec, PluginStats};
+use crate::informer::{
+    DeletedObject, Delivery, HandlerError, Notification, ObjectRef, ResourceEventHandler, deliver_each,
+};
+
+/// Most items in one `on-batch` call.
+const MAX_BATCH: usize = 256;
 
 /// Init gets this many times a call's fuel and deadline.
 const INIT_FACTOR: u32 = 10;
@@ -26,6 +32,7 @@ const INIT_FACTOR: u32 = 10;
 struct Live {
     store: Store<Sandbox>,
     plugin: Plugin,
+    on_batch: Option<TypedFunc<(Vec<BatchItem>,), ()>>,
 }
 
 /// Where a new version waits for a running handler to pick it up between
@@ -75,6 +82,7 @@ pub struct WasmHandler {
     engine: Engine,
     _ticker: Arc<Ticker>,
     pre: PluginPre<Sandbox>,
+    on_batch: Option<ComponentExportIndex>,
     shared: Arc<PluginShared>,
     spec: PluginSpec,
     live: Option<Live>,
@@ -83,6 +91,12 @@ pub struct WasmHandler {
     slot: Option<SwapSlot>,
     /// (fuel, epoch ticks) armed before every call.
     call_budget: (u64, u64),
+    /// Most items per `on-batch` call: halved after a trap no item could
+    /// be blamed for (the batch outran one call's budget), doubled back
+    /// after each batch that returns.
+    batch_limit: usize,
+    /// Items still to deliver one at a time after such a trap.
+    probing: usize,
 }
 
 type CallResult = wasmtime::Result<Result<(), String>>;
@@ -90,7 +104,7 @@ type CallResult = wasmtime::Result<Result<(), String>>;
 impl WasmHandler {
     pub(crate) fn new(
         (engine, ticker): (Engine, Arc<Ticker>),
-        pre: PluginPre<Sandbox>,
+        (pre, on_batch): (PluginPre<Sandbox>, Option<ComponentExportIndex>),
         shared: Arc<PluginShared>,
         spec: PluginSpec,
         version: String,
@@ -99,6 +113,7 @@ impl WasmHandler {
             engine,
             _ticker: ticker,
             pre,
+            on_batch,
             shared,
             spec,
             live: None,
@@ -106,6 +121,8 @@ impl WasmHandler {
             version,
             slot: None,
             call_budget: (0, 0),
+            batch_limit: MAX_BATCH,
+            probing: 0,
         };
         h.call_budget = h.budget(1);
         h.start()?;
@@ -176,9 +193,19 @@ impl WasmHandler {
             file: h.spec.wasm.clone(),
             message: h.describe(&e, store, INIT_FACTOR),
         };
-        let plugin = match self.pre.instantiate(&mut store) {
-            Ok(p) => p,
+        let instance = match self.pre.instance_pre().instantiate(&mut store) {
+            Ok(i) => i,
             Err(e) => return Err(trap(self, e, &store)),
+        };
+        let wrong = |h: &Self, e: wasmtime::Error| PluginError::WrongWorld {
+            plugin: h.spec.name.clone(),
+            file: h.spec.wasm.clone(),
+            message: format!("{e:#}"),
+        };
+        let plugin = Plugin::new(&mut store, &instance).map_err(|e| wrong(self, e))?;
+        let on_batch = match &self.on_batch {
+            Some(idx) => Some(instance.get_typed_func(&mut store, idx).map_err(|e| wrong(self, e))?),
+            None => None,
         };
         match plugin.informer_host_plugin_resource_event_handler().call_init(&mut store, &self.spec.config_json) {
             Ok(Ok(())) => {}
@@ -192,13 +219,21 @@ impl WasmHandler {
             Err(e) => return Err(trap(self, e, &store)),
         }
         self.instantiate_time = t.elapsed();
-        self.live = Some(Live { store, plugin });
+        self.live = Some(Live { store, plugin, on_batch });
         Ok(())
     }
 
-    /// Names the cause of a trap for logs and metrics.
+    /// Names the cause of a trap for logs and counts it in the metrics.
     fn describe(&self, e: &wasmtime::Error, store: &Store<Sandbox>, factor: u32) -> String {
-        let stats = &self.shared.stats;
+        self.describe_counting(e, store, factor, true)
+    }
+
+    /// [`Self::describe`]; `count: false` for a batch trap no item was at
+    /// fault for: the one-at-a-time delivery after it counts the trap of
+    /// the item that is.
+    fn describe_counting(&self, e: &wasmtime::Error, store: &Store<Sandbox>, factor: u32, count: bool) -> String {
+        let counters = PluginStats::default();
+        let stats = if count { &*self.shared.stats } else { &counters };
         let limits = &self.spec.limits;
         let mut msg = match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => {
@@ -264,6 +299,8 @@ impl WasmHandler {
         };
         let _ = live.store.set_fuel(fuel);
         live.store.set_epoch_deadline(ticks);
+        // No batch is in flight: `delivery` refuses to serve this call.
+        live.store.data_mut().progress = None;
         let started = Instant::now();
         let r = f(&mut live.store, &live.plugin);
         let stats = &self.shared.stats;
@@ -306,13 +343,7 @@ impl ResourceEventHandler for WasmHandler {
 
     fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
         self.call(|store, p| {
-            let d = match obj {
-                DeletedObject::Object(o) => Deleted::Object(store.data_mut().push_object(o.clone())?),
-                DeletedObject::FinalStateUnknown { key, obj } => Deleted::UnknownFinalState(Tombstone {
-                    key: key.to_string(),
-                    last_known: Some(store.data_mut().push_object(obj.clone())?),
-                }),
-            };
+            let d = lend_deleted(store.data_mut(), obj)?;
             p.informer_host_plugin_resource_event_handler().call_on_delete(store, &d)
         })
     }
@@ -320,6 +351,109 @@ impl ResourceEventHandler for WasmHandler {
     fn delivery(&self) -> Delivery {
         Delivery::Blocking
     }
+
+    /// One `on-batch` call for the whole batch when the plugin exports it.
+    /// A trap while an item had begun a visible effect skips that item; any
+    /// other trap leaves the unreported items to be delivered one at a time
+    /// (probing), which names the item at fault without repeating anything
+    /// the host or the world saw.
+    fn deliver_many(&mut self, batch: &[&Notification], outcomes: &mut Vec<Result<(), HandlerError>>) {
+        self.pick_up_staged();
+        if self.probing > 0 {
+            let before = outcomes.len();
+            deliver_each(self, &batch[..self.probing.min(batch.len())], outcomes);
+            self.probing = self.probing.saturating_sub(outcomes.len() - before);
+            return;
+        }
+        if let Err(e) = self.instance() {
+            outcomes.push(Err(e));
+            return;
+        }
+        let live = self.live.as_mut().expect("started above");
+        let Some(on_batch) = live.on_batch else {
+            return deliver_each(self, batch, outcomes);
+        };
+        let batch = &batch[..batch.len().min(self.batch_limit)];
+        let mut progress = Progress::new(self.call_budget);
+        let items: Vec<BatchItem> = batch.iter().map(|n| batch_item(&mut progress, n)).collect();
+        let store = &mut live.store;
+        let (fuel, ticks) = self.call_budget;
+        store.data_mut().progress = Some(progress);
+        let _ = store.set_fuel(fuel);
+        store.set_epoch_deadline(ticks);
+        let started = Instant::now();
+        let r = on_batch.call(&mut *store, (items,));
+        let elapsed = started.elapsed();
+        let progress = store.data_mut().progress.take().expect("set above");
+        let stats = &self.shared.stats;
+        let left = store.get_fuel().unwrap_or(0);
+        stats.fuel_consumed.fetch_add(progress.fuel_used + fuel.saturating_sub(left), Ordering::Relaxed);
+        let mut errors = progress.errors.into_iter().peekable();
+        let mut report = |upto: usize, outcomes: &mut Vec<_>| {
+            for i in outcomes.len()..upto {
+                match errors.next_if(|(at, _)| *at as usize == i) {
+                    Some((_, msg)) => outcomes.push(Err(HandlerError::Failed(msg))),
+                    None => outcomes.push(Ok(())),
+                }
+            }
+        };
+        let e = match r {
+            Ok(()) => {
+                stats.observe_calls(elapsed.as_secs_f64() / batch.len().max(1) as f64, batch.len() as u64);
+                let mut mine = Vec::with_capacity(batch.len());
+                report(batch.len(), &mut mine);
+                outcomes.extend(mine);
+                self.batch_limit = (self.batch_limit * 2).min(MAX_BATCH);
+                return;
+            }
+            Err(e) => e,
+        };
+        // The instance is poisoned for good: it is dropped.
+        let live = self.live.take().expect("borrowed above");
+        let msg = self.describe_counting(&e, &live.store, 1, progress.begun.is_some());
+        let mut mine = Vec::with_capacity(batch.len());
+        match progress.begun {
+            Some(at) => {
+                stats.observe_call(progress.since.elapsed().as_secs_f64());
+                report(at as usize, &mut mine);
+                mine.push(Err(HandlerError::Crashed(msg)));
+            }
+            None => {
+                report(progress.done as usize, &mut mine);
+                self.probing = batch.len() - mine.len();
+                self.batch_limit = (self.batch_limit / 2).max(1);
+                tracing::warn!(
+                    plugin = %self.spec.name,
+                    "trapped inside a batch before any item reported itself ({msg}); \
+                     delivering the next {} one at a time to find the item at fault",
+                    self.probing
+                );
+            }
+        }
+        outcomes.extend(mine);
+    }
+}
+
+/// The batch item for `n`, lending its objects to `progress`.
+fn batch_item(progress: &mut Progress, n: &Notification) -> BatchItem {
+    match n {
+        Notification::Add { obj, is_in_initial_list } => BatchItem::Add((progress.lend(obj), *is_in_initial_list)),
+        Notification::Update { old, new } => BatchItem::Update((progress.lend(old), progress.lend(new))),
+        Notification::Delete(DeletedObject::Object(o)) => BatchItem::Delete(progress.lend(o)),
+        Notification::Delete(DeletedObject::FinalStateUnknown { key, obj }) => {
+            BatchItem::DeleteFinalStateUnknown((key.to_string(), progress.lend(obj)))
+        }
+    }
+}
+
+fn lend_deleted(sandbox: &mut Sandbox, d: &DeletedObject) -> wasmtime::Result<Deleted> {
+    Ok(match d {
+        DeletedObject::Object(o) => Deleted::Object(sandbox.push_object(o.clone())?),
+        DeletedObject::FinalStateUnknown { key, obj } => Deleted::UnknownFinalState(Tombstone {
+            key: key.to_string(),
+            last_known: Some(sandbox.push_object(obj.clone())?),
+        }),
+    })
 }
 
 fn short(hash: &str) -> &str {

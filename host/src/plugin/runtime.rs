@@ -15,16 +15,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
-use super::bindings::{PluginPre, informer_host};
+use super::bindings::{BATCH_EXPORT, DELIVERY, ON_BATCH, PluginPre, add_delivery_to_linker, informer_host};
 use super::handler::WasmHandler;
 use super::sandbox::{PluginShared, Sandbox};
 use super::{CacheView, Grants, PluginError, PluginInfo, PluginSpec, PluginStats};
 
 /// The WIT world every plugin implements.
 pub const WORLD: &str = "informer-host:plugin/plugin@0.1.0";
+/// `plugin` with the `on-batch` fast path (what the Rust SDK builds).
+pub const BATCHED_WORLD: &str = "informer-host:plugin/batched-plugin@0.1.0";
 const EXPORT: &str = "informer-host:plugin/resource-event-handler";
 const TYPES: &str = "informer-host:plugin/types";
 const LOG: &str = "informer-host:plugin/log";
@@ -73,6 +75,8 @@ pub struct LoadedPlugin {
     pub spec: PluginSpec,
     pub stats: Arc<PluginStats>,
     pre: PluginPre<Sandbox>,
+    /// `batch-handler.on-batch`, when the component exports it.
+    on_batch: Option<ComponentExportIndex>,
     engine: Engine,
     ticker: Arc<Ticker>,
 }
@@ -127,6 +131,7 @@ impl PluginRuntime {
         let mut l = Linker::new(&self.inner.engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut l).map_err(engine_err)?;
         informer_host::plugin::types::add_to_linker::<_, HasSelf<_>>(&mut l, |s| s).map_err(engine_err)?;
+        add_delivery_to_linker(&mut l).map_err(engine_err)?;
         if grants.log {
             informer_host::plugin::log::add_to_linker::<_, HasSelf<_>>(&mut l, |s| s).map_err(engine_err)?;
         }
@@ -211,7 +216,7 @@ impl PluginRuntime {
             return Err(wrong(format!("missing export {EXPORT}@0.1.0; it exports [{}]", exports.join(", "))));
         }
         for import in &imports {
-            let granted = if import.starts_with("wasi:") || import.starts_with(TYPES) {
+            let granted = if import.starts_with("wasi:") || import.starts_with(TYPES) || import == DELIVERY {
                 true
             } else if import.starts_with(LOG) {
                 spec.grants.log
@@ -231,13 +236,16 @@ impl PluginRuntime {
         let linker = self.linker(&spec.grants)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(|e| wrong(format!("{e:#}")))?;
         let pre = PluginPre::new(instance_pre).map_err(|e| wrong(format!("{e:#}")))?;
+        let on_batch = component
+            .get_export_index(None, BATCH_EXPORT)
+            .and_then(|iface| component.get_export_index(Some(&iface), ON_BATCH));
         let size_bytes = bytes.len() as u64;
         let info = PluginInfo {
             name: spec.name.clone(),
             file: spec.wasm.clone(),
             size_bytes,
             hash,
-            world: WORLD.to_string(),
+            world: if on_batch.is_some() { BATCHED_WORLD } else { WORLD }.to_string(),
             imports,
             compile_time,
             from_cache,
@@ -248,6 +256,7 @@ impl PluginRuntime {
             spec,
             stats: Arc::new(PluginStats::default()),
             pre,
+            on_batch,
             engine: engine.clone(),
             ticker: self.inner.ticker.clone(),
         };
@@ -296,7 +305,7 @@ impl LoadedPlugin {
             s.spawn(|| {
                 WasmHandler::new(
                     (self.engine.clone(), self.ticker.clone()),
-                    self.pre.clone(),
+                    (self.pre.clone(), self.on_batch),
                     shared,
                     self.spec.clone(),
                     self.info.hash.clone(),

@@ -12,6 +12,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
+use super::bindings::Progress;
 use super::stderr::StderrCapture;
 use super::{CacheView, LogSink, PluginStats};
 
@@ -53,6 +54,8 @@ pub(crate) struct Sandbox {
     pub limiter: MemoryCap,
     pub shared: Arc<PluginShared>,
     pub stderr: StderrCapture,
+    /// Set while an `on-batch` call runs.
+    pub progress: Option<Progress>,
 }
 
 impl WasiView for Sandbox {
@@ -92,7 +95,8 @@ pub(crate) fn new_store(engine: &wasmtime::Engine, shared: Arc<PluginShared>) ->
     }
     let wasi = wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).build();
     let limiter = MemoryCap { cap: shared.memory_bytes, refused: false };
-    let mut store = Store::new(engine, Sandbox { table: ResourceTable::new(), wasi, limiter, shared, stderr });
+    let mut store =
+        Store::new(engine, Sandbox { table: ResourceTable::new(), wasi, limiter, shared, stderr, progress: None });
     store.limiter(|s| &mut s.limiter);
     store
 }

@@ -136,34 +136,47 @@ impl Object {
         })
     }
 
+    /// A metadata field from the batch's metadata (one host call per
+    /// batch), or `None` for an object that is not a batch slot.
+    fn field(&self, field: usize) -> Option<Option<String>> {
+        let slot = self.slot?;
+        Some(__private::with_metadata(|m| m.field(slot, field)))
+    }
+
     /// `namespace/name`, or `name` for a cluster-scoped object.
     pub fn key(&self) -> String {
-        self.raw().key()
+        self.field(0).map_or_else(|| self.raw().key(), Option::unwrap_or_default)
     }
     pub fn namespace(&self) -> Option<String> {
-        self.raw().namespace()
+        self.field(1).unwrap_or_else(|| self.raw().namespace())
     }
     pub fn name(&self) -> String {
-        self.raw().name()
+        self.field(2).map_or_else(|| self.raw().name(), Option::unwrap_or_default)
     }
     pub fn uid(&self) -> Option<String> {
-        self.raw().uid()
+        self.field(3).unwrap_or_else(|| self.raw().uid())
     }
     pub fn resource_version(&self) -> Option<String> {
-        self.raw().resource_version()
+        self.field(4).unwrap_or_else(|| self.raw().resource_version())
     }
     pub fn api_version(&self) -> String {
-        self.raw().api_version()
+        self.field(5).map_or_else(|| self.raw().api_version(), Option::unwrap_or_default)
     }
     pub fn kind(&self) -> String {
-        self.raw().kind()
+        self.field(6).map_or_else(|| self.raw().kind(), Option::unwrap_or_default)
     }
     pub fn labels(&self) -> Vec<(String, String)> {
-        self.raw().labels()
+        match self.slot {
+            Some(slot) => __private::with_metadata(|m| m.labels(slot).collect()),
+            None => self.raw().labels(),
+        }
     }
     /// The value of one label, without copying the others.
     pub fn label(&self, key: &str) -> Option<String> {
-        self.raw().label(key)
+        match self.slot {
+            Some(slot) => __private::with_metadata(|m| m.labels(slot).find(|(k, _)| k == key).map(|(_, v)| v)),
+            None => self.raw().label(key),
+        }
     }
     pub fn annotations(&self) -> Vec<(String, String)> {
         self.raw().annotations()
@@ -455,8 +468,11 @@ macro_rules! export_plugin {
             }
 
             impl $crate::bindings::exports::informer_host::plugin::batch_handler::Guest for __InformerGuestExport {
-                fn on_batch(items: ::std::vec::Vec<$crate::bindings::exports::informer_host::plugin::batch_handler::Notification>) {
-                    $crate::__private::on_batch(&__INFORMER_GUEST_STATE, items)
+                fn on_batch(
+                    kinds: ::std::vec::Vec<u8>,
+                    tombstone_keys: ::std::vec::Vec<::std::string::String>,
+                ) {
+                    $crate::__private::on_batch(&__INFORMER_GUEST_STATE, kinds, tombstone_keys)
                 }
             }
 
@@ -477,8 +493,7 @@ pub mod __private {
 
     pub use crate::bindings::informer_host::plugin::types::{Deleted as RawDeleted, Object as RawObject};
 
-    use crate::bindings::exports::informer_host::plugin::batch_handler::Notification;
-    use crate::bindings::informer_host::plugin::delivery::{begin, done};
+    use crate::bindings::informer_host::plugin::delivery::{begin, done, metadata};
     use crate::{Config, Deleted, Object, ResourceEventHandler, Tombstone};
 
     /// The per-instance plugin value (`None` until `init` or the first call).
@@ -524,6 +539,90 @@ pub mod __private {
         static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
     }
 
+    /// The batch's metadata (`delivery.metadata`), fetched on first use.
+    pub struct Metadata {
+        bytes: Vec<u8>,
+        /// Where each slot's record starts.
+        starts: Vec<usize>,
+    }
+
+    /// Fields before the labels in a slot's record.
+    const FIELDS: usize = 7;
+
+    impl Metadata {
+        fn fetch() -> Self {
+            let bytes = metadata();
+            let mut starts = Vec::new();
+            let mut at = 0;
+            while at < bytes.len() {
+                starts.push(at);
+                for _ in 0..FIELDS {
+                    at = Self::skip(&bytes, at);
+                }
+                let labels = Self::u32_at(&bytes, at);
+                at += 4;
+                for _ in 0..2 * labels {
+                    at = Self::skip(&bytes, at);
+                }
+            }
+            Metadata { bytes, starts }
+        }
+
+        fn u32_at(bytes: &[u8], at: usize) -> usize {
+            u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize
+        }
+
+        /// The position after the string at `at`.
+        fn skip(bytes: &[u8], at: usize) -> usize {
+            match Self::u32_at(bytes, at) {
+                0xffff_ffff => at + 4,
+                len => at + 4 + len,
+            }
+        }
+
+        fn string(&self, at: usize) -> Option<String> {
+            match Self::u32_at(&self.bytes, at) {
+                0xffff_ffff => None,
+                len => Some(String::from_utf8_lossy(&self.bytes[at + 4..at + 4 + len]).into_owned()),
+            }
+        }
+
+        /// Field `field` (0..7, in the WIT's order) of `slot`.
+        pub fn field(&self, slot: u32, field: usize) -> Option<String> {
+            let mut at = self.starts[slot as usize];
+            for _ in 0..field {
+                at = Self::skip(&self.bytes, at);
+            }
+            self.string(at)
+        }
+
+        /// The labels of `slot`.
+        pub fn labels(&self, slot: u32) -> impl Iterator<Item = (String, String)> + '_ {
+            let mut at = self.starts[slot as usize];
+            for _ in 0..FIELDS {
+                at = Self::skip(&self.bytes, at);
+            }
+            let count = Self::u32_at(&self.bytes, at);
+            at += 4;
+            (0..count).map(move |_| {
+                let k = self.string(at).unwrap_or_default();
+                at = Self::skip(&self.bytes, at);
+                let v = self.string(at).unwrap_or_default();
+                at = Self::skip(&self.bytes, at);
+                (k, v)
+            })
+        }
+    }
+
+    thread_local! {
+        static METADATA: RefCell<Option<Metadata>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `f` on the current batch's metadata, fetching it on first use.
+    pub fn with_metadata<R>(f: impl FnOnce(&Metadata) -> R) -> R {
+        METADATA.with(|m| f(m.borrow_mut().get_or_insert_with(Metadata::fetch)))
+    }
+
     /// Tells the host, once per batch item, that the item is about to have a
     /// visible effect, so a trap from here on skips exactly this item.
     pub fn before_visible_effect() {
@@ -537,29 +636,43 @@ pub mod __private {
         })
     }
 
-    /// Handles a batch in order. Items that have no visible effect and
-    /// succeed cost no host call; the others are reported (see the WIT).
-    pub fn on_batch<T: ResourceEventHandler>(state: &'static LocalKey<State<T>>, items: Vec<Notification>) {
+    /// Handles a batch in order (`kinds` and slots as in the WIT). Items
+    /// that have no visible effect and succeed cost no host call.
+    pub fn on_batch<T: ResourceEventHandler>(
+        state: &'static LocalKey<State<T>>,
+        kinds: Vec<u8>,
+        tombstone_keys: Vec<String>,
+    ) {
+        METADATA.with(|m| m.borrow_mut().take());
         with(state, |handler| {
-            for (index, item) in (0u32..).zip(items) {
+            let mut keys = tombstone_keys.into_iter();
+            let mut slot = 0u32;
+            let mut next = || {
+                slot += 1;
+                Object::lent(slot - 1)
+            };
+            for (index, kind) in (0u32..).zip(kinds) {
                 CURRENT.with(|c| c.set(Some(Current { index, begun: false })));
-                let result = match item {
-                    Notification::Add((slot, initial)) => handler.on_add(&Object::lent(slot), initial),
-                    Notification::Update((old, new)) => handler.on_update(&Object::lent(old), &Object::lent(new)),
-                    Notification::Delete(slot) => handler.on_delete(&Deleted::Object(Object::lent(slot))),
-                    Notification::DeleteFinalStateUnknown((key, slot)) => {
-                        handler.on_delete(&Deleted::UnknownFinalState(Tombstone {
-                            key,
-                            last_known: Some(Object::lent(slot)),
-                        }))
+                let result = match kind {
+                    0 | 1 => handler.on_add(&next(), kind == 1),
+                    2 => {
+                        let old = next();
+                        handler.on_update(&old, &next())
                     }
+                    3 => handler.on_delete(&Deleted::Object(next())),
+                    4 => {
+                        let key = keys.next().unwrap_or_default();
+                        handler.on_delete(&Deleted::UnknownFinalState(Tombstone { key, last_known: Some(next()) }))
+                    }
+                    other => Err(format!("unknown notification kind {other} from the host")),
                 };
                 let begun = CURRENT.with(|c| c.take()).is_some_and(|c| c.begun);
                 if begun || result.is_err() {
                     done(index, result.as_ref().err().map(String::as_str));
                 }
             }
-        })
+        });
+        METADATA.with(|m| m.borrow_mut().take());
     }
 
     pub fn with<T: ResourceEventHandler, R>(state: &'static LocalKey<State<T>>, f: impl FnOnce(&mut T) -> R) -> R {

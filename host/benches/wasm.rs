@@ -107,23 +107,20 @@ fn main() {
     let batch: Vec<Notification> =
         objs.iter().map(|o| Notification::Add { obj: o.clone(), is_in_initial_list: false }).collect();
     let refs: Vec<&Notification> = batch.iter().collect();
-    for p in [&noop, &meta] {
+    for p in [&noop, &meta].into_iter().filter(|p| std::env::var("WASM_BENCH_MICRO").map_or(true, |m| m == p.info.name))
+    {
         let mut h = p.handler(None).unwrap();
-        let rounds = 2000;
-        let mut outcomes = Vec::with_capacity(256);
+        let rounds: usize = std::env::var("WASM_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(2000);
         let t = Instant::now();
         for _ in 0..rounds {
-            outcomes.clear();
-            deliver_each(&mut h, &refs, &mut outcomes);
+            assert!(deliver_each(&mut h, &refs).all_ok(refs.len()));
         }
         let each = t.elapsed().as_nanos() as f64 / (rounds * 256) as f64;
         let t = Instant::now();
         for _ in 0..rounds {
-            outcomes.clear();
-            h.deliver_many(&refs, &mut outcomes);
+            assert!(h.deliver_many(&refs).all_ok(refs.len()));
         }
         let many = t.elapsed().as_nanos() as f64 / (rounds * 256) as f64;
-        assert!(outcomes.iter().all(Result::is_ok));
         println!("{:<14} {:>12.0} {:>12.0}", p.info.name, each, many);
     }
     println!();

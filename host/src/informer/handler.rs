@@ -82,14 +82,14 @@ pub trait ResourceEventHandler: Send + 'static {
         Delivery::Inline
     }
 
-    /// Delivers notifications in order, pushing one outcome per
-    /// notification handled into `outcomes`. It stops right after a
-    /// [`HandlerError::Crashed`] outcome: the notifications after that one
-    /// were not delivered and come again. [`Delivery::Blocking`] handlers
-    /// receive their notifications this way, so that one call into a
-    /// sandbox can carry many; the default delivers them one at a time.
-    fn deliver_many(&mut self, batch: &[&Notification], outcomes: &mut Vec<Result<(), HandlerError>>) {
-        deliver_each(self, batch, outcomes);
+    /// Delivers notifications in order and reports how far it got. It
+    /// stops right after a [`HandlerError::Crashed`]: the notifications
+    /// after that one were not delivered and come again.
+    /// [`Delivery::Blocking`] handlers receive their notifications this way,
+    /// so that one call into a sandbox can carry many; the default delivers
+    /// them one at a time.
+    fn deliver_many(&mut self, batch: &[&Notification]) -> Delivered {
+        deliver_each(self, batch)
     }
 
     /// Delivers one notification. A native panic is caught and reported as
@@ -107,21 +107,39 @@ pub trait ResourceEventHandler: Send + 'static {
     }
 }
 
+/// What a [`ResourceEventHandler::deliver_many`] call did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Delivered {
+    /// Notifications handled (or skipped after a crash), from the first.
+    pub handled: usize,
+    /// The handled ones that failed, by position; a crash can only be last.
+    pub errors: Vec<(usize, HandlerError)>,
+}
+
+impl Delivered {
+    /// True when every notification of a batch of `len` was handled
+    /// without an error.
+    pub fn all_ok(&self, len: usize) -> bool {
+        self.handled == len && self.errors.is_empty()
+    }
+}
+
 /// [`ResourceEventHandler::deliver_many`] one notification at a time (for
 /// handlers that override it and sometimes fall back).
-pub fn deliver_each<H: ResourceEventHandler + ?Sized>(
-    handler: &mut H,
-    batch: &[&Notification],
-    outcomes: &mut Vec<Result<(), HandlerError>>,
-) {
+pub fn deliver_each<H: ResourceEventHandler + ?Sized>(handler: &mut H, batch: &[&Notification]) -> Delivered {
+    let mut d = Delivered::default();
     for n in batch {
         let r = handler.deliver(n);
-        let crashed = matches!(r, Err(HandlerError::Crashed(_)));
-        outcomes.push(r);
-        if crashed {
-            return;
+        d.handled += 1;
+        if let Err(e) = r {
+            let crashed = matches!(e, HandlerError::Crashed(_));
+            d.errors.push((d.handled - 1, e));
+            if crashed {
+                break;
+            }
         }
     }
+    d
 }
 
 fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {

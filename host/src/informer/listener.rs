@@ -18,7 +18,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::bounded_queue::BoundedQueue;
-use super::handler::{Delivery, HandlerError, Notification, ResourceEventHandler};
+use super::handler::{Delivered, Delivery, HandlerError, Notification, ResourceEventHandler};
 use super::notification_log::{Cursor, Log};
 use super::object::Object;
 
@@ -59,6 +59,15 @@ impl ListenerStats {
     pub const KINDS: [&'static str; 3] = ["add", "update", "delete"];
     /// Outcomes in the order of [`ListenerStats::by_kind`].
     pub const OUTCOMES: [&'static str; 3] = ["delivered", "failed", "crashed"];
+}
+
+/// The index of `n`'s kind in [`ListenerStats::by_kind`].
+fn kind_index(n: &Notification) -> usize {
+    match n {
+        Notification::Add { .. } => 0,
+        Notification::Update { .. } => 1,
+        Notification::Delete(_) => 2,
+    }
 }
 
 /// Outcomes counted locally, `[outcome][kind]` as in
@@ -296,11 +305,7 @@ impl ProcessorListener {
     /// Like [`Self::record`] into `tally`, so a batch updates the shared
     /// counters once rather than once per notification.
     fn tally(&self, tally: &mut Tally, n: &Notification, r: Result<(), HandlerError>) -> Option<String> {
-        let kind = match n {
-            Notification::Add { .. } => 0,
-            Notification::Update { .. } => 1,
-            Notification::Delete(_) => 2,
-        };
+        let kind = kind_index(n);
         match r {
             Ok(()) => {
                 tally.0[0][kind] += 1;
@@ -374,24 +379,15 @@ impl ProcessorListener {
         if self.is_closed() {
             return Round::Closed;
         }
-        let mut outcomes = Vec::with_capacity(MAX_BATCH);
         let private: Vec<Notification> = {
             let mut q = self.private.lock();
             std::iter::from_fn(|| q.pop()).take(MAX_BATCH).collect()
         };
         if !private.is_empty() {
             let refs: Vec<&Notification> = private.iter().collect();
-            handler.deliver_many(&refs, &mut outcomes);
-            let handled = outcomes.len().min(private.len());
-            let (mut crash, mut tally, mut initial) = (None, Tally::default(), 0);
-            for (n, r) in private.iter().zip(outcomes.drain(..)) {
-                // As in `deliver_batch`: a crashed initial add counts.
-                initial += usize::from(n.is_initial());
-                if let Some(msg) = self.tally(&mut tally, n, r) {
-                    crash = Some(Self::crashed(n, msg));
-                }
-            }
-            tally.flush(&self.stats);
+            let (handled, crash) = self.settle(&refs, handler.deliver_many(&refs), None);
+            // As in `deliver_batch`: a crashed initial add counts.
+            let initial = private[..handled].iter().filter(|n| n.is_initial()).count();
             self.private_initial.fetch_sub(initial, Ordering::AcqRel);
             if handled < private.len() {
                 self.private.lock().unpop(private.into_iter().skip(handled));
@@ -404,24 +400,18 @@ impl ProcessorListener {
             return Round::Idle;
         }
         let (mut refs, mut seqs) = (Vec::with_capacity(MAX_BATCH), Vec::with_capacity(MAX_BATCH));
+        let mut kinds = [0u64; 3];
         for (seq, entry) in run.entries() {
             if entry.is_for(self.id) {
+                kinds[kind_index(&entry.notification)] += 1;
                 refs.push(&entry.notification);
                 seqs.push(seq);
             }
         }
-        handler.deliver_many(&refs, &mut outcomes);
-        let handled = outcomes.len().min(refs.len());
-        let (mut crash, mut tally) = (None, Tally::default());
-        for (n, r) in refs.iter().zip(outcomes.drain(..)) {
-            if let Some(msg) = self.tally(&mut tally, n, r) {
-                crash = Some(Self::crashed(n, msg));
-            }
-        }
-        // Handled or skipped, up to the last outcome; the rest come again.
-        // The counters move before `consumed`, so whoever sees a handler
-        // caught up also sees what it delivered.
-        tally.flush(&self.stats);
+        let (handled, crash) = self.settle(&refs, handler.deliver_many(&refs), Some(kinds));
+        // Handled or skipped, up to the last one reported; the rest come
+        // again. The counters moved first, so whoever sees a handler caught
+        // up also sees what it delivered.
         let next = match handled {
             h if h == refs.len() => run.end_seq(),
             0 => seqs[0],
@@ -431,6 +421,28 @@ impl ProcessorListener {
         cursor.advance(next);
         self.consumed.store(next, Ordering::Release);
         crash.unwrap_or(Round::More)
+    }
+
+    /// Counts what one `deliver_many` call reported (`kinds`: the batch's
+    /// notifications by kind, when already known); returns how many were
+    /// handled and the crash, if any.
+    fn settle(&self, refs: &[&Notification], d: Delivered, kinds: Option<[u64; 3]>) -> (usize, Option<Round>) {
+        let handled = d.handled.min(refs.len());
+        let (mut tally, mut crash) = (Tally::default(), None);
+        match kinds {
+            Some(kinds) if d.all_ok(refs.len()) => tally.0[0] = kinds,
+            _ => {
+                let mut errors = d.errors.into_iter().peekable();
+                for (i, n) in refs[..handled].iter().enumerate() {
+                    let r = errors.next_if(|(at, _)| *at == i).map_or(Ok(()), |(_, e)| Err(e));
+                    if let Some(msg) = self.tally(&mut tally, n, r) {
+                        crash = Some(Self::crashed(n, msg));
+                    }
+                }
+            }
+        }
+        tally.flush(&self.stats);
+        (handled, crash)
     }
 
     /// The delivery loop (client-go's `pop` and `run` together). Returns

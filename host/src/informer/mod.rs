@@ -18,7 +18,9 @@ mod shared_informer;
 mod store;
 
 pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, Popped, Queue, TransformFunc};
-pub use handler::{Delivery, FnHandler, HandlerError, HandlerFuncs, Notification, ResourceEventHandler, deliver_each};
+pub use handler::{
+    Delivered, Delivery, FnHandler, HandlerError, HandlerFuncs, Notification, ResourceEventHandler, deliver_each,
+};
 pub use listener::{CRASH_BACKOFF, ListenerStats, ObjectFilter, Registration};
 pub use lister_watcher::{
     Backoff, ExponentialBackoff, ListResult, ListerWatcher, SourceError, WatchEvent, WatchStream,

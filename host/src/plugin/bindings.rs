@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::{ComponentType, Linker, Lower, Resource};
+use wasmtime::component::{Linker, Resource};
 
 use super::sandbox::Sandbox;
 use crate::informer::ObjectRef;
@@ -30,19 +30,13 @@ pub const ON_BATCH: &str = "on-batch";
 /// The `delivery` interface a batch reports its progress through.
 pub const DELIVERY: &str = "informer-host:plugin/delivery@0.1.0";
 
-/// One item of an `on-batch` call (WIT `batch-handler.notification`):
-/// objects are slots of [`Progress::lent`].
-#[derive(ComponentType, Lower)]
-#[component(variant)]
-pub enum BatchItem {
-    #[component(name = "add")]
-    Add((u32, bool)),
-    #[component(name = "update")]
-    Update((u32, u32)),
-    #[component(name = "delete")]
-    Delete(u32),
-    #[component(name = "delete-final-state-unknown")]
-    DeleteFinalStateUnknown((String, u32)),
+/// Notification kinds of an `on-batch` call (see `wit/plugin.wit`).
+pub mod kind {
+    pub const ADD: u8 = 0;
+    pub const ADD_INITIAL: u8 = 1;
+    pub const UPDATE: u8 = 2;
+    pub const DELETE: u8 = 3;
+    pub const DELETE_FINAL_STATE_UNKNOWN: u8 = 4;
 }
 
 /// An object of the batch in flight, by address: lending it costs no
@@ -86,15 +80,50 @@ impl Progress {
         }
     }
 
-    /// Lends `obj` to the batch; returns its slot.
+    /// Lends `obj` to the batch as its next slot.
     ///
     /// The caller keeps `obj` alive and in place for as long as this
     /// `Progress` sits in a store: from just before the `on-batch` call
     /// until it is taken out right after, as `WasmHandler` does with the
     /// batch it borrows. Nothing else reads `lent`.
-    pub fn lend(&mut self, obj: &ObjectRef) -> u32 {
+    pub fn lend(&mut self, obj: &ObjectRef) {
         self.lent.push(Lent(obj));
-        (self.lent.len() - 1) as u32
+    }
+
+    /// `delivery.metadata`: every lent object's metadata, encoded as the
+    /// WIT describes.
+    fn metadata(&self) -> Vec<u8> {
+        fn put(out: &mut Vec<u8>, s: Option<&str>) {
+            match s {
+                Some(s) => {
+                    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                    out.extend_from_slice(s.as_bytes());
+                }
+                None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
+            }
+        }
+        let mut out = Vec::with_capacity(self.lent.len() * 128);
+        for lent in &self.lent {
+            // SAFETY: see `lend`: the batch outlives the call this runs in.
+            let obj: &ObjectRef = unsafe { &*lent.0 };
+            put(&mut out, Some(obj.key()));
+            put(&mut out, obj.namespace());
+            put(&mut out, Some(obj.name()));
+            put(&mut out, obj.uid());
+            put(&mut out, obj.resource_version());
+            put(&mut out, Some(obj.api_version()));
+            put(&mut out, Some(obj.kind()));
+            let count_at = out.len();
+            out.extend_from_slice(&0u32.to_le_bytes());
+            let mut count = 0u32;
+            for (k, v) in obj.labels() {
+                put(&mut out, Some(k));
+                put(&mut out, Some(v));
+                count += 1;
+            }
+            out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+        }
+        out
     }
 
     /// The object in `slot`, if there is one.
@@ -154,6 +183,7 @@ pub fn add_delivery_to_linker(linker: &mut Linker<Sandbox>) -> wasmtime::Result<
         };
         Ok((data.push_object(obj)?,))
     })?;
+    i.func_wrap("metadata", |mut cx: StoreContextMut<'_, Sandbox>, (): ()| Ok((progress(cx.data_mut())?.metadata(),)))?;
     Ok(())
 }
 

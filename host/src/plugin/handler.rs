@@ -15,12 +15,12 @@ use tokio::sync::watch;
 use wasmtime::component::{ComponentExportIndex, TypedFunc};
 use wasmtime::{Engine, Store, Trap};
 
-use super::bindings::{BatchItem, Deleted, Plugin, PluginPre, Progress, Tombstone};
+use super::bindings::{Deleted, Plugin, PluginPre, Progress, Tombstone, kind};
 use super::runtime::{EPOCH_TICK, Ticker};
 use super::sandbox::{PluginShared, Sandbox, new_store};
 use super::{OnTrap, PluginError, PluginSpec, PluginStats};
 use crate::informer::{
-    DeletedObject, Delivery, HandlerError, Notification, ObjectRef, ResourceEventHandler, deliver_each,
+    DeletedObject, Delivered, Delivery, HandlerError, Notification, ObjectRef, ResourceEventHandler, deliver_each,
 };
 
 /// Most items in one `on-batch` call.
@@ -29,10 +29,13 @@ const MAX_BATCH: usize = 256;
 /// Init gets this many times a call's fuel and deadline.
 const INIT_FACTOR: u32 = 10;
 
+/// `batch-handler.on-batch(kinds, tombstone-keys)`.
+type OnBatch = TypedFunc<(Vec<u8>, Vec<String>), ()>;
+
 struct Live {
     store: Store<Sandbox>,
     plugin: Plugin,
-    on_batch: Option<TypedFunc<(Vec<BatchItem>,), ()>>,
+    on_batch: Option<OnBatch>,
 }
 
 /// Where a new version waits for a running handler to pick it up between
@@ -357,70 +360,65 @@ impl ResourceEventHandler for WasmHandler {
     /// other trap leaves the unreported items to be delivered one at a time
     /// (probing), which names the item at fault without repeating anything
     /// the host or the world saw.
-    fn deliver_many(&mut self, batch: &[&Notification], outcomes: &mut Vec<Result<(), HandlerError>>) {
+    fn deliver_many(&mut self, batch: &[&Notification]) -> Delivered {
         self.pick_up_staged();
         if self.probing > 0 {
-            let before = outcomes.len();
-            deliver_each(self, &batch[..self.probing.min(batch.len())], outcomes);
-            self.probing = self.probing.saturating_sub(outcomes.len() - before);
-            return;
+            let d = deliver_each(self, &batch[..self.probing.min(batch.len())]);
+            self.probing = self.probing.saturating_sub(d.handled);
+            return d;
         }
         if let Err(e) = self.instance() {
-            outcomes.push(Err(e));
-            return;
+            return Delivered { handled: 1, errors: vec![(0, e)] };
         }
         let live = self.live.as_mut().expect("started above");
         let Some(on_batch) = live.on_batch else {
-            return deliver_each(self, batch, outcomes);
+            return deliver_each(self, batch);
         };
         let batch = &batch[..batch.len().min(self.batch_limit)];
         let mut progress = Progress::new(self.call_budget);
-        let items: Vec<BatchItem> = batch.iter().map(|n| batch_item(&mut progress, n)).collect();
+        let mut tombstone_keys = Vec::new();
+        let kinds: Vec<u8> = batch.iter().map(|n| batch_kind(&mut progress, &mut tombstone_keys, n)).collect();
         let store = &mut live.store;
         let (fuel, ticks) = self.call_budget;
         store.data_mut().progress = Some(progress);
         let _ = store.set_fuel(fuel);
         store.set_epoch_deadline(ticks);
         let started = Instant::now();
-        let r = on_batch.call(&mut *store, (items,));
+        let r = on_batch.call(&mut *store, (kinds, tombstone_keys));
         let elapsed = started.elapsed();
         let progress = store.data_mut().progress.take().expect("set above");
         let stats = &self.shared.stats;
         let left = store.get_fuel().unwrap_or(0);
         stats.fuel_consumed.fetch_add(progress.fuel_used + fuel.saturating_sub(left), Ordering::Relaxed);
-        let mut errors = progress.errors.into_iter().peekable();
-        let mut report = |upto: usize, outcomes: &mut Vec<_>| {
-            for i in outcomes.len()..upto {
-                match errors.next_if(|(at, _)| *at as usize == i) {
-                    Some((_, msg)) => outcomes.push(Err(HandlerError::Failed(msg))),
-                    None => outcomes.push(Ok(())),
-                }
-            }
+        let failed = |upto: u32| {
+            progress
+                .errors
+                .iter()
+                .filter(|(at, _)| *at < upto)
+                .map(|(at, msg)| (*at as usize, HandlerError::Failed(msg.clone())))
+                .collect::<Vec<_>>()
         };
         let e = match r {
             Ok(()) => {
                 stats.observe_calls(elapsed.as_secs_f64() / batch.len().max(1) as f64, batch.len() as u64);
-                let mut mine = Vec::with_capacity(batch.len());
-                report(batch.len(), &mut mine);
-                outcomes.extend(mine);
                 self.batch_limit = (self.batch_limit * 2).min(MAX_BATCH);
-                return;
+                return Delivered { handled: batch.len(), errors: failed(u32::MAX) };
             }
             Err(e) => e,
         };
         // The instance is poisoned for good: it is dropped.
         let live = self.live.take().expect("borrowed above");
         let msg = self.describe_counting(&e, &live.store, 1, progress.begun.is_some());
-        let mut mine = Vec::with_capacity(batch.len());
         match progress.begun {
             Some(at) => {
                 stats.observe_call(progress.since.elapsed().as_secs_f64());
-                report(at as usize, &mut mine);
-                mine.push(Err(HandlerError::Crashed(msg)));
+                let mut errors = failed(at);
+                errors.push((at as usize, HandlerError::Crashed(msg)));
+                Delivered { handled: at as usize + 1, errors }
             }
             None => {
-                report(progress.done as usize, &mut mine);
-                self.probing = batch.len() - mine.len();
+                let handled = progress.done as usize;
+                self.probing = batch.len() - handled;
                 self.batch_limit = (self.batch_limit / 2).max(1);
                 tracing::warn!(
                     plugin = %self.spec.name,
@@ -428,20 +426,32 @@ impl ResourceEventHandler for WasmHandler {
                      delivering the next {} one at a time to find the item at fault",
                     self.probing
                 );
+                Delivered { handled, errors: failed(progress.done) }
             }
         }
-        outcomes.extend(mine);
     }
 }
 
-/// The batch item for `n`, lending its objects to `progress`.
-fn batch_item(progress: &mut Progress, n: &Notification) -> BatchItem {
+/// The `on-batch` kind of `n`, lending its objects to `progress` in order.
+fn batch_kind(progress: &mut Progress, tombstone_keys: &mut Vec<String>, n: &Notification) -> u8 {
     match n {
-        Notification::Add { obj, is_in_initial_list } => BatchItem::Add((progress.lend(obj), *is_in_initial_list)),
-        Notification::Update { old, new } => BatchItem::Update((progress.lend(old), progress.lend(new))),
-        Notification::Delete(DeletedObject::Object(o)) => BatchItem::Delete(progress.lend(o)),
+        Notification::Add { obj, is_in_initial_list } => {
+            progress.lend(obj);
+            if *is_in_initial_list { kind::ADD_INITIAL } else { kind::ADD }
+        }
+        Notification::Update { old, new } => {
+            progress.lend(old);
+            progress.lend(new);
+            kind::UPDATE
+        }
+        Notification::Delete(DeletedObject::Object(o)) => {
+            progress.lend(o);
+            kind::DELETE
+        }
         Notification::Delete(DeletedObject::FinalStateUnknown { key, obj }) => {
-            BatchItem::DeleteFinalStateUnknown((key.to_string(), progress.lend(obj)))
+            progress.lend(obj);
+            tombstone_keys.push(key.to_string());
+            kind::DELETE_FINAL_STATE_UNKNOWN
         }
     }
 }

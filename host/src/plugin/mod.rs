@@ -23,10 +23,15 @@
 //! lowering and drop (a host call), and arming fuel and the deadline. That
 //! kept a wasm no-op handler at 38 % of the native one at 10 handlers and
 //! 4 % at 100. So a plugin that exports `batch-handler` (the Rust SDK does)
-//! gets up to 256 notifications in one `on-batch` call, with objects passed
-//! as slots that `delivery.lend` turns into handles only when the guest
-//! looks: ≈ 30 ns per notification for a no-op. A plugin that does not
-//! (Python, JS and C here) gets one call per notification.
+//! gets up to 256 notifications in one `on-batch` call as one byte per
+//! notification (a plain byte list is one copy into the guest, where a list
+//! of variants is lowered element by element). Objects are slots that
+//! `delivery.lend` turns into handles only when the guest asks for more
+//! than metadata, and `delivery.metadata` hands over the metadata of the
+//! whole batch in one byte list: ≈ 6 ns per notification for a no-op
+//! plugin, ≈ 0.4 µs for one reading five metadata fields (1.7 µs one call
+//! at a time). A plugin that does not export it (Python, JS and C here)
+//! gets one call per notification.
 //!
 //! A trap must still skip exactly one notification, and nothing the host or
 //! the world saw may happen twice. The guest calls `delivery.begin` before

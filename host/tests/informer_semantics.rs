@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use informer_host::informer::{
-    DeletedObject, Delta, DeltaFifo, DeltaObject, HandlerError, Indexer, InformerError, InformerOptions, Notification,
-    Object, ObjectRef, Queue, Registration, ResourceEventHandler, SharedIndexInformer, SourceError, TransformFunc,
+    DeletedObject, Delivered, Delivery, Delta, DeltaFifo, DeltaObject, HandlerError, Indexer, InformerError,
+    InformerOptions, Notification, Object, ObjectRef, Queue, Registration, ResourceEventHandler, SharedIndexInformer,
+    SourceError, TransformFunc, deliver_each,
 };
 use informer_host::source::MemorySource;
 use parking_lot::Mutex;
@@ -1841,6 +1842,68 @@ async fn test_repeated_gone_relists_back_off() {
     let n = errors.load(Ordering::Relaxed);
     // 0.8 + 1.6 + 3.2 + 6.4 s of backoff fit in 20 s: a handful, not thousands.
     assert!((3..=8).contains(&n), "{n} relists in 20 s");
+    stop.cancel();
+    run.await.unwrap();
+}
+
+/// A `Delivery::Blocking` handler receives its notifications in batches
+/// (`deliver_many`). One that takes only part of each batch and crashes on
+/// one notification in the middle still gets every other notification
+/// exactly once and in order; the crashed one is skipped after which
+/// delivery resumes a second later, as for a handler called one at a time.
+#[tokio::test(start_paused = true)]
+async fn test_blocking_handler_gets_batches_exactly_once() {
+    struct Batched {
+        inner: Recorder,
+        sizes: Arc<Mutex<Vec<usize>>>,
+    }
+    impl ResourceEventHandler for Batched {
+        fn on_add(&mut self, obj: &ObjectRef, initial: bool) -> Result<(), HandlerError> {
+            self.inner.on_add(obj, initial)
+        }
+        fn on_update(&mut self, old: &ObjectRef, new: &ObjectRef) -> Result<(), HandlerError> {
+            self.inner.on_update(old, new)
+        }
+        fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
+            self.inner.on_delete(obj)
+        }
+        fn delivery(&self) -> Delivery {
+            Delivery::Blocking
+        }
+        fn deliver_many(&mut self, batch: &[&Notification]) -> Delivered {
+            self.sizes.lock().push(batch.len());
+            deliver_each(self, &batch[..batch.len().min(3)])
+        }
+    }
+
+    let source = MemorySource::new();
+    for i in 0..10 {
+        source.apply(pod(&format!("p{i}"))).unwrap();
+    }
+    let informer = informer(&source, Duration::ZERO);
+    let log = Log::default();
+    let sizes = Arc::new(Mutex::new(Vec::new()));
+    let handler = Batched {
+        inner: Recorder::panicking(&log, |n| matches!(n, Notification::Add { obj, .. } if obj.name() == "p5")),
+        sizes: sizes.clone(),
+    };
+    let reg = informer.add_event_handler(handler).unwrap();
+    let (stop, run) = start(&informer);
+    eventually("initial list handled", || reg.has_synced()).await;
+    let expected: Vec<String> = (0..10).filter(|i| *i != 5).map(|i| format!("p{i}")).collect();
+    assert_eq!(log.sorted_names(), expected, "p5 is skipped, nothing repeats");
+    assert_eq!(reg.stats().crashed.load(Ordering::Relaxed), 1);
+    assert_eq!(reg.stats().delivered.load(Ordering::Relaxed), 9);
+    assert!(sizes.lock().iter().any(|&n| n > 3), "the handler was offered batches: {:?}", sizes.lock());
+
+    log.clear();
+    let t = Instant::now();
+    for i in 1..=6 {
+        source.apply(pod_v(&format!("p{i}"), 1)).unwrap();
+    }
+    eventually("updates", || log.len() == 6).await;
+    assert_eq!(log.names(), names(&["p1", "p2", "p3", "p4", "p5", "p6"]), "in order, once each");
+    assert!(Instant::now() - t < Duration::from_secs(1), "no crash, so no backoff");
     stop.cancel();
     run.await.unwrap();
 }

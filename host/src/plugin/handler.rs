@@ -94,9 +94,11 @@ pub struct WasmHandler {
     slot: Option<SwapSlot>,
     /// (fuel, epoch ticks) armed before every call.
     call_budget: (u64, u64),
-    /// Most items per `on-batch` call: halved after a trap no item could
-    /// be blamed for (the batch outran one call's budget), doubled back
-    /// after each batch that returns.
+    /// Most items per `on-batch` call. Items that report nothing share
+    /// one call's fuel and deadline, so the limit halves when a batch used
+    /// more than a quarter of either (or trapped with no item at fault) and
+    /// doubles when it used less than a sixteenth: a plugin whose items are
+    /// heavy gets small batches before it ever outruns a budget.
     batch_limit: usize,
     /// Items still to deliver one at a time after such a trap.
     probing: usize,
@@ -401,7 +403,10 @@ impl ResourceEventHandler for WasmHandler {
         let e = match r {
             Ok(()) => {
                 stats.observe_calls(elapsed.as_secs_f64() / batch.len().max(1) as f64, batch.len() as u64);
-                self.batch_limit = (self.batch_limit * 2).min(MAX_BATCH);
+                let fuel_share = (progress.fuel_used + fuel.saturating_sub(left)) as f64 / fuel as f64;
+                let deadline = self.spec.limits.deadline_per_call.as_secs_f64();
+                let time_share = if deadline > 0.0 { elapsed.as_secs_f64() / deadline } else { 0.0 };
+                self.batch_limit = next_batch_limit(self.batch_limit, fuel_share.max(time_share));
                 return Delivered { handled: batch.len(), errors: failed(u32::MAX) };
             }
             Err(e) => e,
@@ -429,6 +434,18 @@ impl ResourceEventHandler for WasmHandler {
                 Delivered { handled, errors: failed(progress.done) }
             }
         }
+    }
+}
+
+/// The batch limit after a batch that returned having used `share` of one
+/// call's fuel or deadline (whichever is more).
+fn next_batch_limit(limit: usize, share: f64) -> usize {
+    if share > 0.25 {
+        (limit / 2).max(1)
+    } else if share < 0.0625 {
+        (limit * 2).min(MAX_BATCH)
+    } else {
+        limit
     }
 }
 
@@ -468,4 +485,25 @@ fn lend_deleted(sandbox: &mut Sandbox, d: &DeletedObject) -> wasmtime::Result<De
 
 fn short(hash: &str) -> &str {
     &hash[..hash.len().min(12)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heavy_batches_shrink_light_ones_grow_back() {
+        // A plugin whose 256 items take 60 % of a budget: down to 64 items,
+        // where a batch takes 15 %, and it stays there.
+        let mut limit = MAX_BATCH;
+        for _ in 0..10 {
+            let share = limit as f64 * 0.6 / 256.0;
+            limit = next_batch_limit(limit, share);
+        }
+        assert_eq!(limit, 64);
+        // Never below one item, never above the maximum.
+        assert_eq!(next_batch_limit(1, 10.0), 1);
+        assert_eq!(next_batch_limit(MAX_BATCH, 0.0), MAX_BATCH);
+        assert_eq!(next_batch_limit(8, 0.01), 16);
+    }
 }

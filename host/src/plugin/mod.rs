@@ -41,11 +41,12 @@
 //! then skips it. A trap with no item begun (fuel or memory running out in
 //! pure computation) is blamed on no one: the items not yet reported are
 //! delivered again one call at a time in a fresh instance, which finds the
-//! item at fault; as they had no visible effect, nothing is seen twice. The
-//! batch size then halves (and doubles back after each batch that returns),
-//! so a plugin whose batches outrun one call's budget degrades to single
-//! calls rather than trapping again. Such a blameless trap is not counted as
-//! a trap; the one it leads to is.
+//! item at fault; as they had no visible effect, nothing is seen twice.
+//! Items that report nothing share one call's budget, so the batch size
+//! halves after such a trap or a batch that used more than a quarter of the
+//! fuel or deadline, and doubles back below a sixteenth: a plugin with heavy
+//! items gets small batches before it outruns a budget. Such a blameless
+//! trap is not counted as a trap; the one it leads to is.
 //!
 //! # Failure
 //!

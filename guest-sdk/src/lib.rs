@@ -530,6 +530,7 @@ pub mod __private {
 
     /// The batch item being handled: its index, and whether the host was
     /// told it is having a visible effect (`delivery.begin`).
+    #[derive(Clone, Copy)]
     struct Current {
         index: u32,
         begun: bool,
@@ -627,11 +628,9 @@ pub mod __private {
     /// visible effect, so a trap from here on skips exactly this item.
     pub fn before_visible_effect() {
         CURRENT.with(|c| {
-            if let Some(Current { index, begun: false }) = c.take() {
+            if let Some(Current { index, begun: false }) = c.get() {
                 begin(index);
                 c.set(Some(Current { index, begun: true }));
-            } else if let Some(cur) = c.take() {
-                c.set(Some(cur));
             }
         })
     }

@@ -246,6 +246,34 @@ async fn cache_reader_reads_the_informer_cache() {
     run.stop().await;
 }
 
+/// A plugin that logs several lines per notification, receiving many
+/// notifications in one `on-batch` call: each line arrives once and no item
+/// is taken for a crash (the SDK reports each item's first visible effect
+/// once, and its end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_log_lines_per_item_in_one_batch() {
+    let src = MemorySource::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        cm(&src, name, "1");
+    }
+    let log = Log::default();
+    let rt = runtime();
+    let mut s = spec("cache-reader", "cache-reader", &log);
+    s.grants.cache = true;
+    s.config_json = json!({"probe": ["ns/a"]}).to_string();
+    let plugin = rt.load(s).unwrap();
+    let run = Running::start(&src);
+    let reg = run.add(&plugin);
+    eventually("sync", || reg.has_synced()).await;
+    assert_eq!(reg.stats().crashed.load(Ordering::Relaxed), 0);
+    assert_eq!(reg.stats().delivered.load(Ordering::Relaxed), 5);
+    // Three lines per item: its report, the count of all objects, the probe.
+    assert_eq!(log.events().len(), 15, "{:?}", log.events());
+    assert_eq!(log.count("probe ns/a found=true"), 5);
+    assert_eq!(log.count("cache lists 5 objects in all"), 5);
+    run.stop().await;
+}
+
 fn load_err(spec: PluginSpec) -> PluginError {
     match runtime().load(spec) {
         Ok(_) => panic!("load should fail"),

@@ -155,26 +155,28 @@ impl Cursor {
     /// The next entry and its sequence number, if one was appended; the
     /// cursor moves past it.
     pub(crate) fn next(&mut self) -> Option<(u64, &Entry)> {
-        if self.idx == CHUNK {
-            let next = self.chunk.next.get()?.clone();
-            self.chunk = next;
-            self.idx = 0;
-        }
+        self.hop();
         let seq = self.seq();
-        let entry = self.chunk.slots[self.idx].get()?;
+        let entry = self.chunk.slots.get(self.idx)?.get()?;
         self.idx += 1;
         Some((seq, entry))
     }
 
-    /// Up to `max` entries after the cursor, all from one chunk, without
-    /// moving it (see [`Cursor::advance`]).
-    pub(crate) fn peek(&mut self, max: usize) -> Run {
+    /// Moves to the next chunk once this one is read to its end and the
+    /// next one exists.
+    fn hop(&mut self) {
         if self.idx == CHUNK
             && let Some(next) = self.chunk.next.get()
         {
             self.chunk = next.clone();
             self.idx = 0;
         }
+    }
+
+    /// Up to `max` entries after the cursor, all from one chunk, without
+    /// moving it (see [`Cursor::advance`]).
+    pub(crate) fn peek(&mut self, max: usize) -> Run {
+        self.hop();
         let mut end = self.idx;
         while end < CHUNK && end - self.idx < max && self.chunk.slots[end].get().is_some() {
             end += 1;

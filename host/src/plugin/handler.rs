@@ -18,7 +18,7 @@ use wasmtime::{Engine, Store, Trap};
 use super::bindings::{Deleted, Plugin, PluginPre, Progress, Tombstone, kind};
 use super::runtime::{EPOCH_TICK, Ticker};
 use super::sandbox::{PluginShared, Sandbox, new_store};
-use super::{OnTrap, PluginError, PluginSpec, PluginStats};
+use super::{OnTrap, PluginError, PluginSpec};
 use crate::informer::{
     DeletedObject, Delivered, Delivery, HandlerError, Notification, ObjectRef, ResourceEventHandler, deliver_each,
 };
@@ -237,32 +237,26 @@ impl WasmHandler {
     /// fault for: the one-at-a-time delivery after it counts the trap of
     /// the item that is.
     fn describe_counting(&self, e: &wasmtime::Error, store: &Store<Sandbox>, factor: u32, count: bool) -> String {
-        let counters = PluginStats::default();
-        let stats = if count { &*self.shared.stats } else { &counters };
+        let stats = &self.shared.stats;
         let limits = &self.spec.limits;
-        let mut msg = match e.downcast_ref::<Trap>() {
+        let (counter, mut msg) = match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => {
-                stats.traps_fuel.fetch_add(1, Ordering::Relaxed);
                 let fuel = limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
-                format!("out of fuel ({fuel} per call)")
+                (&stats.traps_fuel, format!("out of fuel ({fuel} per call)"))
             }
-            Some(Trap::Interrupt) => {
-                stats.traps_deadline.fetch_add(1, Ordering::Relaxed);
-                format!("deadline of {:?} per call exceeded", limits.deadline_per_call * factor)
-            }
+            Some(Trap::Interrupt) => (
+                &stats.traps_deadline,
+                format!("deadline of {:?} per call exceeded", limits.deadline_per_call * factor),
+            ),
             _ if store.data().limiter.refused => {
-                stats.traps_memory.fetch_add(1, Ordering::Relaxed);
-                format!("memory cap of {} bytes reached ({e})", limits.memory_bytes)
+                (&stats.traps_memory, format!("memory cap of {} bytes reached ({e})", limits.memory_bytes))
             }
-            Some(t) => {
-                stats.traps_other.fetch_add(1, Ordering::Relaxed);
-                format!("trap: {t}")
-            }
-            None => {
-                stats.traps_other.fetch_add(1, Ordering::Relaxed);
-                format!("{e:#}")
-            }
+            Some(t) => (&stats.traps_other, format!("trap: {t}")),
+            None => (&stats.traps_other, format!("{e:#}")),
         };
+        if count {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(line) = store.data().stderr.last_line() {
             msg.push_str(&format!(" (stderr: {line})"));
         }
@@ -390,8 +384,8 @@ impl ResourceEventHandler for WasmHandler {
         let elapsed = started.elapsed();
         let progress = store.data_mut().progress.take().expect("set above");
         let stats = &self.shared.stats;
-        let left = store.get_fuel().unwrap_or(0);
-        stats.fuel_consumed.fetch_add(progress.fuel_used + fuel.saturating_sub(left), Ordering::Relaxed);
+        let fuel_spent = progress.fuel_used + fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        stats.fuel_consumed.fetch_add(fuel_spent, Ordering::Relaxed);
         let failed = |upto: u32| {
             progress
                 .errors
@@ -403,7 +397,7 @@ impl ResourceEventHandler for WasmHandler {
         let e = match r {
             Ok(()) => {
                 stats.observe_calls(elapsed.as_secs_f64() / batch.len().max(1) as f64, batch.len() as u64);
-                let fuel_share = (progress.fuel_used + fuel.saturating_sub(left)) as f64 / fuel as f64;
+                let fuel_share = fuel_spent as f64 / fuel as f64;
                 let deadline = self.spec.limits.deadline_per_call.as_secs_f64();
                 let time_share = if deadline > 0.0 { elapsed.as_secs_f64() / deadline } else { 0.0 };
                 self.batch_limit = next_batch_limit(self.batch_limit, fuel_share.max(time_share));

@@ -10,7 +10,8 @@
 //! A plugin of a tenant gets the stricter of its own and its tenant's
 //! limits: a limit it leaves out is the default lowered to the tenant's
 //! cap, and a limit it sets above the tenant's cap is an error naming both
-//! lines (never silently clamped).
+//! lines (never silently clamped). A `deadline` (a plugin's or a tenant's)
+//! is at most [`MAX_DEADLINE`], one hour.
 //!
 //! ```toml
 //! [host]
@@ -47,6 +48,7 @@
 //! on_swap = "replay"
 //! ```
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
@@ -68,6 +70,12 @@ pub const GRANT_NAMES: &[&str] = &["log", "cache", "clocks"];
 
 /// The default grace period for in-flight calls at shutdown.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The longest `deadline` a plugin or a tenant may set. A call that runs
+/// longer is a hung plugin, not a slow one; and `init`, which gets ten
+/// times a call's deadline, must stay within what a `Duration` and the
+/// epoch tick count can hold.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(60 * 60);
 
 /// Where the admin API listens unless `[admin] addr` says otherwise.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:8081";
@@ -456,12 +464,92 @@ impl Config {
 }
 
 // ---------------------------------------------------------------------------
-// Raw, serde-facing shapes. Spans point messages at keys and values.
+// Raw shapes, read from the TOML tables field by field (see [`Fields`]).
+// Spans point messages at keys and values.
 
 type S<T> = Spanned<T>;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Reads one TOML table key by key, so that a value of the wrong type or
+/// an unknown key does not hide the table's other problems (serde's derive
+/// stops at the first). Each value is deserialized on its own, keeping its
+/// span; keys nobody asked for are reported by [`Fields::finish`].
+struct Fields<'c, 'a> {
+    cx: &'c mut Cx<'a>,
+    /// The whole table, where a missing key is reported.
+    span: Range<usize>,
+    /// The keys not taken yet, in file order.
+    rest: Vec<(S<Cow<'a, str>>, S<DeValue<'a>>)>,
+    /// The keys asked for, for the unknown-key message.
+    known: Vec<&'static str>,
+}
+
+impl<'a> Fields<'_, 'a> {
+    fn take(&mut self, key: &'static str) -> Option<S<DeValue<'a>>> {
+        self.known.push(key);
+        let i = self.rest.iter().position(|(k, _)| k.get_ref() == key)?;
+        Some(self.rest.remove(i).1)
+    }
+
+    /// Deserializes one value; a type error is reported at the value.
+    fn value<T: Deserialize<'a>>(&mut self, v: S<DeValue<'a>>) -> Option<T> {
+        let span = v.span();
+        T::deserialize(ValueDeserializer::from(v)).map_err(|e| self.cx.toml_error(&e, span)).ok()
+    }
+
+    /// An optional key: `None` when absent or not of type `T` (reported).
+    fn optional<T: Deserialize<'a>>(&mut self, key: &'static str) -> Option<T> {
+        let v = self.take(key)?;
+        self.value(v)
+    }
+
+    /// A required key: `None` when absent (reported at the table) or not
+    /// of type `T` (reported at the value).
+    fn required<T: Deserialize<'a>>(&mut self, key: &'static str) -> Option<T> {
+        match self.take(key) {
+            Some(v) => self.value(v),
+            None => {
+                self.cx.error(self.span.clone(), format!("missing field `{key}`"));
+                None
+            }
+        }
+    }
+
+    /// Accepts `alias` as another spelling of `key`.
+    fn alias(&mut self, alias: &str, key: &'static str) {
+        let Some(i) = self.rest.iter().position(|(k, _)| k.get_ref() == alias) else { return };
+        if self.rest.iter().any(|(k, _)| k.get_ref() == key) {
+            let span = self.rest[i].0.span();
+            self.cx.error(span, format!("`{alias}` is another name for `{key}`: give one of them"));
+            self.rest.remove(i);
+            return;
+        }
+        let (k, v) = self.rest.remove(i);
+        self.rest.insert(i, (Spanned::new(k.span(), Cow::Borrowed(key)), v));
+    }
+
+    /// Reports every key that was not asked for.
+    fn finish(self) {
+        let expected = self.known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+        for (k, _) in self.rest {
+            self.cx.error(k.span(), format!("unknown field `{}`, expected one of {expected}", k.get_ref()));
+        }
+    }
+}
+
+/// `read_table!(fields, RawX, [required keys], [optional keys])` reads a
+/// `Raw*` struct from [`Fields`]: every listed key (required ones first),
+/// then the unknown ones, each problem reported; `Some` when every required
+/// key is present and of the right type. A field of the struct missing
+/// from the lists does not compile.
+macro_rules! read_table {
+    ($f:ident, $ty:ident, [$($req:ident),* $(,)?], [$($opt:ident),* $(,)?] $(,)?) => {{
+        $(let $req = $f.required(stringify!($req));)*
+        $(let $opt = $f.optional(stringify!($opt));)*
+        $f.finish();
+        (|| Some($ty { $($req: $req?,)* $($opt,)* }))()
+    }};
+}
+
 struct RawInformer {
     name: S<String>,
     source: S<String>,
@@ -475,7 +563,7 @@ struct RawInformer {
     // kube
     group: Option<S<String>>,
     version: Option<S<String>>,
-    #[serde(alias = "resource")]
+    /// Also spelled `resource`.
     plural: Option<S<String>>,
     field_selector: Option<S<String>>,
     // informer
@@ -483,8 +571,30 @@ struct RawInformer {
     indexers: Option<Vec<S<String>>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+impl RawInformer {
+    fn read(mut f: Fields<'_, '_>) -> Option<Self> {
+        f.alias("resource", "plural");
+        read_table!(
+            f,
+            RawInformer,
+            [name, source],
+            [
+                dir,
+                api_version,
+                kind,
+                namespace,
+                label_selector,
+                group,
+                version,
+                plural,
+                field_selector,
+                resync,
+                indexers
+            ]
+        )
+    }
+}
+
 struct RawPlugin {
     name: S<String>,
     wasm: S<String>,
@@ -502,8 +612,17 @@ struct RawPlugin {
     max_pending: Option<S<toml::Value>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+impl RawPlugin {
+    fn read(mut f: Fields<'_, '_>) -> Option<Self> {
+        read_table!(
+            f,
+            RawPlugin,
+            [name, wasm, informer],
+            [resync, fuel_per_call, deadline, memory, grants, on_trap, config, tenant, watch, on_swap, max_pending]
+        )
+    }
+}
+
 struct RawTenant {
     name: S<String>,
     namespaces: S<Vec<S<String>>>,
@@ -515,14 +634,29 @@ struct RawTenant {
     max_pending: Option<S<toml::Value>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+impl RawTenant {
+    fn read(mut f: Fields<'_, '_>) -> Option<Self> {
+        read_table!(
+            f,
+            RawTenant,
+            [name, namespaces],
+            [cluster_scoped, max_plugins, fuel_per_call, deadline, memory, max_pending]
+        )
+    }
+}
+
 struct RawAdmin {
     addr: Option<S<String>>,
     allow_remote: Option<S<bool>>,
     token_file: Option<S<String>>,
     token_env: Option<S<String>>,
     max_upload: Option<S<toml::Value>>,
+}
+
+impl RawAdmin {
+    fn read(mut f: Fields<'_, '_>) -> Option<Self> {
+        read_table!(f, RawAdmin, [], [addr, allow_remote, token_file, token_env, max_upload])
+    }
 }
 
 /// A tenant as plugins see it while the config is checked: its settings and
@@ -535,13 +669,17 @@ struct TenantSeen {
     plugins: Vec<(String, usize)>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawHost {
     metrics_addr: Option<S<String>>,
     cache_dir: Option<S<String>>,
     log_format: Option<S<String>>,
     shutdown_grace: Option<S<String>>,
+}
+
+impl RawHost {
+    fn read(mut f: Fields<'_, '_>) -> Option<Self> {
+        read_table!(f, RawHost, [], [metrics_addr, cache_dir, log_format, shutdown_grace])
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -606,6 +744,16 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// A reader of the table `v` (which must be a table).
+    fn fields(&mut self, v: S<DeValue<'a>>) -> Fields<'_, 'a> {
+        let span = v.span();
+        let rest = match v.into_inner() {
+            DeValue::Table(t) => t.into_iter().collect(),
+            _ => Vec::new(),
+        };
+        Fields { cx: self, span, rest, known: Vec::new() }
+    }
+
     fn path(&self, v: &str) -> PathBuf {
         let p = Path::new(v);
         if p.is_absolute() { p.to_path_buf() } else { self.base.join(p) }
@@ -636,29 +784,17 @@ impl<'a> Cx<'a> {
             match section.as_str() {
                 "informer" => {
                     for v in self.array_of_tables(value, "informer") {
-                        let span = v.span();
-                        match RawInformer::deserialize(ValueDeserializer::from(v)) {
-                            Ok(r) => raw_informers.push(r),
-                            Err(e) => self.toml_error(&e, span),
-                        }
+                        raw_informers.extend(RawInformer::read(self.fields(v)));
                     }
                 }
                 "plugin" => {
                     for v in self.array_of_tables(value, "plugin") {
-                        let span = v.span();
-                        match RawPlugin::deserialize(ValueDeserializer::from(v)) {
-                            Ok(r) => raw_plugins.push(r),
-                            Err(e) => self.toml_error(&e, span),
-                        }
+                        raw_plugins.extend(RawPlugin::read(self.fields(v)));
                     }
                 }
                 "tenant" => {
                     for v in self.array_of_tables(value, "tenant") {
-                        let span = v.span();
-                        match RawTenant::deserialize(ValueDeserializer::from(v)) {
-                            Ok(r) => raw_tenants.push(r),
-                            Err(e) => self.toml_error(&e, span),
-                        }
+                        raw_tenants.extend(RawTenant::read(self.fields(v)));
                     }
                 }
                 "host" => {
@@ -667,9 +803,8 @@ impl<'a> Cx<'a> {
                         self.error(span, "`host` must be a table: write `[host]`");
                         continue;
                     }
-                    match RawHost::deserialize(ValueDeserializer::from(value)) {
-                        Ok(r) => config.host = self.host(r),
-                        Err(e) => self.toml_error(&e, span),
+                    if let Some(r) = RawHost::read(self.fields(value)) {
+                        config.host = self.host(r);
                     }
                 }
                 "admin" => {
@@ -678,9 +813,8 @@ impl<'a> Cx<'a> {
                         self.error(span, "`admin` must be a table: write `[admin]`");
                         continue;
                     }
-                    match RawAdmin::deserialize(ValueDeserializer::from(value)) {
-                        Ok(r) => config.admin = self.admin(r, key.span()),
-                        Err(e) => self.toml_error(&e, span),
+                    if let Some(r) = RawAdmin::read(self.fields(value)) {
+                        config.admin = self.admin(r, key.span());
                     }
                 }
                 other => self.error(
@@ -893,11 +1027,22 @@ impl<'a> Cx<'a> {
         }
     }
 
-    /// A positive duration.
+    /// A positive duration of at most [`MAX_DEADLINE`].
     fn deadline(&mut self, v: &S<String>) -> Option<Duration> {
         let d = self.duration(v, "deadline")?;
         if d.is_zero() {
             self.error(v.span(), "`deadline` must be greater than zero");
+            return None;
+        }
+        if d > MAX_DEADLINE {
+            self.error(
+                v.span(),
+                format!(
+                    "`deadline` {:?} is longer than the maximum of {}",
+                    v.get_ref(),
+                    humantime::format_duration(MAX_DEADLINE)
+                ),
+            );
             return None;
         }
         Some(d)
@@ -1506,6 +1651,8 @@ resource = "pods"
         assert_eq!(k.version, "v1");
         assert_eq!(k.plural.as_deref(), Some("pods"));
         assert!(c.plugins.is_empty());
+        let e = f.errors("[[informer]]\nname = \"p\"\nsource = \"kube\"\nversion = \"v1\"\nkind = \"Pod\"\nresource = \"pods\"\nplural = \"pods\"\n");
+        assert_eq!(e, ["host.toml:6:1: `resource` is another name for `plural`: give one of them"]);
         assert_eq!(c.host.metrics_addr, None);
     }
 
@@ -1859,6 +2006,8 @@ namespace = ["x"]
             "host.toml:8:15: `max_pending` must be a positive integer",
             "host.toml:11:8: duplicate tenant name \"a\" (first defined at line 3)",
             "host.toml:12:14: the tenant would see no objects",
+            // The misspelt key is unknown, and the right one missing.
+            "host.toml:14:1: missing field `namespaces`",
             "host.toml:16:1: unknown field `namespace`",
         ];
         assert_eq!(e.len(), expect.len(), "{e:#?}");
@@ -1874,8 +2023,10 @@ namespace = ["x"]
             "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\n\n\
              [[plugin]]\nname = \"p\"\nwasm = \"a.wasm\"\ninformer = \"a\"\non_swap = \"later\"\nwatch = \"yes\"\n",
         );
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("host.toml:11:9: invalid type: string \"yes\", expected a boolean"), "{e:?}");
+        // The type error does not hide the other problems of the table.
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("host.toml:10:11: unknown on_swap \"later\""), "{e:?}");
+        assert!(e[1].starts_with("host.toml:11:9: invalid type: string \"yes\", expected a boolean"), "{e:?}");
         let e = f.errors(
             "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\n\n\
              [[plugin]]\nname = \"p\"\nwasm = \"a.wasm\"\ninformer = \"a\"\non_swap = \"later\"\nmax_pending = 0\ntenant = \"t\"\n",
@@ -1915,6 +2066,118 @@ namespace = ["x"]
         assert_eq!(a.addr, "0.0.0.0:9000".parse().unwrap());
         assert_eq!((a.token.expose(), a.max_upload), ("from-env", 1 << 20));
         assert_eq!(a.token_source, "token_env INFORMER_HOST_TEST_ADMIN_TOKEN");
+    }
+
+    #[test]
+    fn deadlines_beyond_the_maximum_are_refused() {
+        // Both used to be accepted: the first made the load panic
+        // (`deadline * 10` overflows a Duration), the second enforced about
+        // 0.8 s (its nanoseconds overflow the epoch tick count).
+        let f = Fixture::new();
+        let text = r#"[[informer]]
+name = "cms"
+source = "manifests"
+dir = "manifests"
+
+[[tenant]]
+name = "shop"
+namespaces = ["shop"]
+deadline = "36893488147419104s"
+
+[[plugin]]
+name = "p"
+wasm = "a.wasm"
+informer = "cms"
+deadline = "500000000000y"
+
+[[plugin]]
+name = "q"
+wasm = "a.wasm"
+informer = "cms"
+deadline = "36893488147419104s"
+
+[[plugin]]
+name = "r"
+wasm = "a.wasm"
+informer = "cms"
+deadline = "1h"
+"#;
+        let e = f.errors(text);
+        let expect = [
+            "host.toml:9:12: `deadline` \"36893488147419104s\" is longer than the maximum of 1h",
+            "host.toml:15:12: `deadline` \"500000000000y\" is longer than the maximum of 1h",
+            "host.toml:21:12: `deadline` \"36893488147419104s\" is longer than the maximum of 1h",
+        ];
+        assert_eq!(e.len(), expect.len(), "{e:#?}");
+        for (got, want) in e.iter().zip(expect) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
+        }
+        // The maximum itself is fine.
+        let c = f.parse(&text.replace("500000000000y", "3600s").replace("36893488147419104s", "59m")).unwrap();
+        assert_eq!(c.plugins[0].limits.deadline_per_call, MAX_DEADLINE);
+        assert_eq!(c.tenants[0].deadline, Some(Duration::from_secs(59 * 60)));
+    }
+
+    #[test]
+    fn every_wrong_field_of_a_table_is_reported() {
+        // A wrong type used to stop the table's deserialization at the
+        // first bad field: its other fields were never looked at.
+        let f = Fixture::new();
+        let e = f.errors(
+            r#"[[informer]]
+name = "cms"
+source = "manifests"
+dir = "manifests"
+resync = 30
+indexers = "app"
+kind = "ConfigMap"
+label_selectr = "app=web"
+
+[[plugin]]
+name = "p"
+wasm = "a.wasm"
+informer = "cms"
+watch = "yes"
+fuel = 3
+grants = "log"
+on_swap = "later"
+
+[host]
+metrics_addr = 9464
+shutdown_grace = 5
+log_fromat = "json"
+"#,
+        );
+        let expect = [
+            "host.toml:5:10: invalid type: integer `30`, expected a string",
+            "host.toml:6:12: invalid type: string \"app\", expected a sequence",
+            "host.toml:8:1: unknown field `label_selectr`, expected one of `name`, `source`, `dir`",
+            "host.toml:14:9: invalid type: string \"yes\", expected a boolean",
+            "host.toml:15:1: unknown field `fuel`, expected one of `name`, `wasm`, `informer`",
+            "host.toml:16:10: invalid type: string \"log\", expected a sequence",
+            // With the table's types fixed or not, its values are checked too.
+            "host.toml:17:11: unknown on_swap \"later\"",
+            "host.toml:20:16: invalid type: integer `9464`, expected a string",
+            "host.toml:21:18: invalid type: integer `5`, expected a string",
+            "host.toml:22:1: unknown field `log_fromat`, expected one of `metrics_addr`",
+        ];
+        assert_eq!(e.len(), expect.len(), "{e:#?}");
+        for (got, want) in e.iter().zip(expect) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
+        }
+        // Every missing key, not just the first; a key of the wrong type is
+        // not also reported missing.
+        let e = f.errors("[[plugin]]\nname = 1\n\n[[tenant]]\nname = \"t\"\n");
+        let expect = [
+            "host.toml:1:1: missing field `wasm`",
+            "host.toml:1:1: missing field `informer`",
+            "host.toml:2:8: invalid type: integer `1`, expected a string",
+            "host.toml:4:1: missing field `namespaces`",
+        ];
+        assert_eq!(e.len(), expect.len(), "{e:#?}");
+        for (got, want) in e.iter().zip(expect) {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
+        }
     }
 
     #[test]

@@ -877,14 +877,11 @@ impl<'a> Cx<'a> {
         }
     }
 
-    fn name(&mut self, v: &S<String>, what: &str, seen: &mut HashMap<String, Location>) -> bool {
+    fn name(&mut self, v: &S<String>, what: &'static str, seen: &mut HashMap<String, Location>) -> bool {
         let name = v.get_ref();
-        if name.trim().is_empty() {
-            self.error(v.span(), format!("{what} name must not be empty"));
-            return false;
-        }
-        if name.chars().any(|c| c.is_control()) {
-            self.error(v.span(), format!("{what} name {name:?} contains control characters"));
+        // A DNS label: it shows as is in logs, metric labels and URLs.
+        if let Err(e) = crate::names::check(what, name) {
+            self.error(v.span(), e.to_string());
             return false;
         }
         let here = self.location(v.span().start);
@@ -1088,7 +1085,7 @@ impl<'a> Cx<'a> {
         let mut namespaces: Vec<String> = Vec::new();
         for ns in r.namespaces.get_ref() {
             let n = ns.get_ref();
-            if let Err(why) = namespace_problem(n) {
+            if let Err(why) = crate::names::dns_label_problem(n) {
                 self.error(ns.span(), format!("namespace {n:?} {why}"));
             } else if namespaces.contains(n) {
                 self.error(ns.span(), format!("duplicate namespace {n:?}"));
@@ -1447,23 +1444,6 @@ impl<'a> Cx<'a> {
         }
         h
     }
-}
-
-/// Why `n` is not a valid namespace name (a DNS-1123 label), if it is not.
-fn namespace_problem(n: &str) -> Result<(), &'static str> {
-    if n.is_empty() {
-        return Err("must not be empty");
-    }
-    if n.len() > 63 {
-        return Err("is longer than 63 characters");
-    }
-    if !n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
-        return Err("may contain only lowercase letters, digits and '-'");
-    }
-    if n.starts_with('-') || n.ends_with('-') {
-        return Err("must start and end with a letter or digit");
-    }
-    Ok(())
 }
 
 fn quoted(names: &[&str]) -> String {

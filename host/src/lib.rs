@@ -5,6 +5,7 @@
 //! - [`source`]: where objects come from (memory, manifests, kube).
 //! - [`plugin`]: the wasm runtime that runs each handler in a sandbox.
 //! - [`config`], [`app`], [`metrics`], [`admin`]: the `informer-host` program.
+//! - [`names`]: the one check of plugin, informer and tenant names.
 
 pub mod admin;
 pub mod admin_api;
@@ -12,6 +13,7 @@ pub mod app;
 pub mod config;
 pub mod informer;
 pub mod metrics;
+pub mod names;
 pub mod plugin;
 pub mod registry;
 pub mod source;

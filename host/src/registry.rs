@@ -98,6 +98,8 @@ pub enum RegistryError {
     Plugin(#[from] PluginError),
     #[error("informer refused the handler: {0}")]
     Informer(String),
+    #[error(transparent)]
+    InvalidName(#[from] crate::names::InvalidName),
 }
 
 impl From<InformerError> for RegistryError {
@@ -110,6 +112,8 @@ impl From<InformerError> for RegistryError {
 pub enum WasmSource {
     File(PathBuf),
     Bytes(Vec<u8>),
+    /// A component the caller already read from `file` (which only names it).
+    Read { file: PathBuf, bytes: Vec<u8> },
 }
 
 /// What the admin API and `/readyz` report of a plugin.
@@ -212,8 +216,24 @@ impl PluginRegistry {
         }
     }
 
-    /// Loads a plugin and registers it with its informer.
+    /// Loads a plugin and registers it with its informer. Its name must be
+    /// a DNS label ([`crate::names`]).
     pub fn load(&self, def: PluginDef) -> Result<PluginStatus, RegistryError> {
+        self.load_with(def, |runtime, spec| runtime.load(spec))
+    }
+
+    /// Like [`PluginRegistry::load`] for a component already in memory (an
+    /// upload, or a file the caller read itself); `def.spec.wasm` only names it.
+    pub fn load_bytes(&self, def: PluginDef, bytes: &[u8]) -> Result<PluginStatus, RegistryError> {
+        self.load_with(def, |runtime, spec| runtime.load_bytes(spec, bytes))
+    }
+
+    fn load_with(
+        &self,
+        def: PluginDef,
+        load: impl FnOnce(&PluginRuntime, PluginSpec) -> Result<LoadedPlugin, PluginError>,
+    ) -> Result<PluginStatus, RegistryError> {
+        crate::names::check("plugin", &def.spec.name)?;
         let def = self.with_tenant(def)?;
         let name = def.spec.name.clone();
         if self.plugins.lock().contains_key(&name) {
@@ -221,7 +241,7 @@ impl PluginRegistry {
         }
         let informer =
             self.informer(&def.informer).ok_or_else(|| RegistryError::UnknownInformer(def.informer.clone()))?;
-        let loaded = Arc::new(self.runtime.load(def.spec.clone())?);
+        let loaded = Arc::new(load(&self.runtime, def.spec.clone())?);
         let mut handler = loaded.handler(Some(Self::cache_view(&def, &informer)))?;
         let slot = handler.swap_slot();
         let registration = informer.add_event_handler_with_options(Box::new(handler), handler_options(&def))?;
@@ -253,6 +273,10 @@ impl PluginRegistry {
                 }
                 WasmSource::Bytes(bytes) => {
                     spec.wasm = PathBuf::from("(uploaded component)");
+                    self.runtime.load_bytes(spec.clone(), &bytes)?
+                }
+                WasmSource::Read { file, bytes } => {
+                    spec.wasm = file;
                     self.runtime.load_bytes(spec.clone(), &bytes)?
                 }
             };

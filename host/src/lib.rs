@@ -6,6 +6,7 @@
 //! - [`plugin`]: the wasm runtime that runs each handler in a sandbox.
 //! - [`config`], [`app`], [`metrics`], [`admin`]: the `informer-host` program.
 //! - [`names`]: the one check of plugin, informer and tenant names.
+//! - [`wasm_file`]: reading a component from a path an admin API caller chose.
 
 pub mod admin;
 pub mod admin_api;
@@ -17,3 +18,4 @@ pub mod names;
 pub mod plugin;
 pub mod registry;
 pub mod source;
+pub mod wasm_file;

@@ -7,6 +7,13 @@
 //! delivery path is touched: every value is an atomic the engine or the
 //! runtime already keeps.
 //!
+//! The output is the OpenMetrics text format. Every label value is escaped
+//! as the format requires (`\\`, `\"` and `\n` for backslash, double quote
+//! and line feed): `prometheus-client` writes label values as given, so a
+//! name or a file path holding a quote or a newline would otherwise end the
+//! value early and add series of its own. Histogram buckets are cumulative
+//! and the `+Inf` bucket equals `_count`.
+//!
 //! Metrics (all prefixed `informer_host_`):
 //!
 //! | name | type | labels |
@@ -34,7 +41,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder, MetricEncoder,
+};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -165,15 +174,22 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    /// Kubernetes-style text: `[+]informer x synced` / `[-]plugin y not synced`.
+    /// Kubernetes-style text: `[+]informer x synced` / `[-]plugin y not synced`,
+    /// one line per check (line breaks in a name or an error are written `\n`).
     pub fn render(&self) -> String {
         let mut s = String::new();
         for c in &self.checks {
-            let _ = writeln!(s, "[{}]{}: {}", if c.ok { '+' } else { '-' }, c.what, c.detail);
+            let sign = if c.ok { '+' } else { '-' };
+            let _ = writeln!(s, "[{sign}]{}: {}", one_line(&c.what), one_line(&c.detail));
         }
         s.push_str(if self.ready { "readyz check passed\n" } else { "readyz check failed\n" });
         s
     }
+}
+
+/// `s` with line breaks escaped, so that it cannot start a line of its own.
+fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains(['\n', '\r']) { s.replace('\n', "\\n").replace('\r', "\\r").into() } else { s.into() }
 }
 
 /// The registry served on `/metrics`.
@@ -215,10 +231,65 @@ impl std::fmt::Debug for Observed {
     }
 }
 
-type Labels = Vec<(&'static str, String)>;
+type Labels = Vec<(&'static str, LabelValue)>;
 
-/// A histogram sample: sum, count and cumulative `(upper bound, count)` buckets.
+/// A label value, escaped when encoded as the text formats require: a
+/// backslash, a double quote and a line feed become `\\`, `\"` and `\n`
+/// (OpenMetrics, "Escaping"; Prometheus text format, "label_value").
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LabelValue(String);
+
+impl From<&str> for LabelValue {
+    fn from(s: &str) -> Self {
+        LabelValue(s.to_string())
+    }
+}
+
+impl From<String> for LabelValue {
+    fn from(s: String) -> Self {
+        LabelValue(s)
+    }
+}
+
+impl EncodeLabelValue for LabelValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        let mut rest = self.0.as_str();
+        while let Some(i) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..i])?;
+            encoder.write_str(match rest.as_bytes()[i] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[i + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
+/// A histogram sample: sum, count and `(upper bound, count)` buckets, each
+/// bucket counting only its own observations (the encoder cumulates them).
 type Histogram = (f64, u64, Vec<(f64, u64)>);
+
+/// The call-latency histogram of `s`, for [`MetricEncoder::encode_histogram`].
+///
+/// The runtime counts each call in one bucket (not cumulatively), and
+/// `encode_histogram` writes running sums of the counts it is given, so the
+/// buckets are passed as they are, followed by an overflow bucket (`+Inf`,
+/// `f64::MAX` for the encoder) of the calls slower than the last bound. The
+/// counters are read one by one while calls go on: the count is at least
+/// the buckets' sum, so `+Inf` always equals `_count`.
+fn call_histogram(s: &PluginStats) -> Histogram {
+    // `calls` is incremented after the bucket, so read it first.
+    let calls = load(&s.calls);
+    let sum = load(&s.call_nanos) as f64 / 1e9;
+    let mut buckets: Vec<(f64, u64)> =
+        crate::plugin::CALL_BUCKETS.iter().zip(&s.call_buckets).map(|(b, c)| (*b, load(c))).collect();
+    let finite: u64 = buckets.iter().map(|(_, c)| c).sum();
+    let count = calls.max(finite);
+    buckets.push((f64::MAX, count - finite));
+    (sum, count, buckets)
+}
 
 fn load(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
@@ -232,7 +303,7 @@ fn family<T>(
     unit: Option<&Unit>,
     ty: MetricType,
     rows: &[(Labels, T)],
-    mut write: impl FnMut(prometheus_client::encoding::MetricEncoder, &T) -> Result<(), std::fmt::Error>,
+    mut write: impl FnMut(MetricEncoder, &T) -> Result<(), std::fmt::Error>,
 ) -> Result<(), std::fmt::Error> {
     if rows.is_empty() {
         return Ok(());
@@ -267,7 +338,7 @@ impl Collector for HostCollector {
         let informers = self.observed.informers();
         let plugins = self.observed.plugins();
 
-        let il = |i: &InformerEntry| -> Labels { vec![("informer", i.name.clone())] };
+        let il = |i: &InformerEntry| -> Labels { vec![("informer", i.name.as_str().into())] };
         let synced: Vec<_> = informers.iter().map(|i| (il(i), i64::from(i.informer.has_synced()))).collect();
         gauges(&mut encoder, "informer_synced", "1 once the informer's first list was processed", &synced)?;
         let objects: Vec<_> = informers.iter().map(|i| (il(i), i.informer.indexer().len() as i64)).collect();
@@ -283,7 +354,9 @@ impl Collector for HostCollector {
             &rv,
         )?;
 
-        let pl = |p: &PluginEntry| -> Labels { vec![("plugin", p.name.clone()), ("informer", p.informer.clone())] };
+        let pl = |p: &PluginEntry| -> Labels {
+            vec![("plugin", p.name.as_str().into()), ("informer", p.informer.as_str().into())]
+        };
         let up: Vec<_> =
             plugins.iter().map(|p| (pl(p), i64::from(matches!(p.state, PluginState::Running { .. })))).collect();
         gauges(&mut encoder, "plugin_up", "1 when the plugin is loaded and registered, 0 when it failed", &up)?;
@@ -335,8 +408,8 @@ impl Collector for HostCollector {
                 ListenerStats::OUTCOMES.iter().enumerate().flat_map(move |(o, outcome)| {
                     ListenerStats::KINDS.iter().enumerate().map(move |(k, kind)| {
                         let mut labels = l.clone();
-                        labels.push(("kind", kind.to_string()));
-                        labels.push(("outcome", outcome.to_string()));
+                        labels.push(("kind", (*kind).into()));
+                        labels.push(("outcome", (*outcome).into()));
                         (labels, load(&st.by_kind[o][k]))
                     })
                 })
@@ -349,29 +422,16 @@ impl Collector for HostCollector {
             &by_kind,
         )?;
 
-        // Call latency from the runtime's fixed buckets (cumulative here).
-        let latency: Vec<(Labels, Histogram)> = running
-            .iter()
-            .map(|(l, _, s, _)| {
-                let mut acc = 0;
-                let mut buckets: Vec<(f64, u64)> = crate::plugin::CALL_BUCKETS
-                    .iter()
-                    .zip(&s.call_buckets)
-                    .map(|(b, c)| {
-                        acc += load(c);
-                        (*b, acc)
-                    })
-                    .collect();
-                let count = load(&s.calls);
-                buckets.push((f64::MAX, count.max(acc)));
-                (l.clone(), (load(&s.call_nanos) as f64 / 1e9, count.max(acc), buckets))
-            })
-            .collect();
+        // Call latency from the runtime's fixed buckets.
+        let latency: Vec<(Labels, Histogram)> =
+            running.iter().map(|(l, _, s, _)| (l.clone(), call_histogram(s))).collect();
+        // The unit is in the name only: no `# UNIT` line, which strict
+        // OpenMetrics parsers accept on counters and gauges only.
         family(
             &mut encoder,
-            "plugin_call_duration",
+            "plugin_call_duration_seconds",
             "Time spent in plugin calls",
-            Some(&Unit::Seconds),
+            None,
             MetricType::Histogram,
             &latency,
             |mut m, (sum, count, buckets)| {
@@ -399,7 +459,7 @@ impl Collector for HostCollector {
                 ("other", &s.traps_other),
             ] {
                 let mut l = l.clone();
-                l.push(("cause", cause.to_string()));
+                l.push(("cause", cause.into()));
                 traps.push((l, load(v)));
             }
         }
@@ -414,9 +474,9 @@ impl Collector for HostCollector {
             .iter()
             .map(|(l, _, _, i)| {
                 let mut l = l.clone();
-                l.push(("file", i.file.display().to_string()));
-                l.push(("hash", i.hash.clone()));
-                l.push(("world", i.world.clone()));
+                l.push(("file", i.file.display().to_string().into()));
+                l.push(("hash", i.hash.as_str().into()));
+                l.push(("world", i.world.as_str().into()));
                 (l, ())
             })
             .collect();
@@ -540,5 +600,93 @@ mod tests {
         }
         stop.cancel();
         task.await.unwrap();
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut s = String::new();
+        {
+            let mut registry = Registry::default();
+            #[derive(Debug)]
+            struct One;
+            impl Collector for One {
+                fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+                    let rows = [(vec![("plugin", LabelValue::from("a\\b\"c\nd} 1"))], 1)];
+                    gauges(&mut encoder, "g", "h", &rows)
+                }
+            }
+            registry.register_collector(Box::new(One));
+            prometheus_client::encoding::text::encode(&mut s, &registry).unwrap();
+        }
+        assert!(s.contains("g{plugin=\"a\\\\b\\\"c\\nd} 1\"} 1\n"), "{s}");
+        assert_eq!(s.lines().filter(|l| l.starts_with("g{")).count(), 1, "{s}");
+    }
+
+    #[test]
+    fn call_buckets_cumulate_to_the_count() {
+        let s = PluginStats::default();
+        for secs in [5e-7, 3e-6, 3e-6, 0.5, 2.0, 30.0] {
+            s.observe_call(secs);
+        }
+        s.observe_calls(1e-4, 994);
+        let (_, count, buckets) = call_histogram(&s);
+        assert_eq!(count, 1000);
+        // Per bucket here; `encode_histogram` cumulates them.
+        let own: Vec<u64> = buckets.iter().map(|(_, c)| *c).collect();
+        assert_eq!(own, [1, 2, 0, 994, 0, 0, 0, 0, 0, 1, 2]);
+        assert_eq!(buckets.last().unwrap().0, f64::MAX);
+
+        let observed = Observed::new();
+        let informer = SharedIndexInformer::new(MemorySource::new(), InformerOptions::default());
+        let registration = informer
+            .add_named_event_handler(
+                "p",
+                Box::new(FnHandler(|_: &crate::informer::Notification| Ok(()))),
+                Duration::ZERO,
+            )
+            .unwrap();
+        observed.set_plugin(PluginEntry {
+            name: "p".into(),
+            informer: "i".into(),
+            state: PluginState::Running { registration, stats: Arc::new(s), info: Box::new(info()) },
+        });
+        let m = Metrics::new(observed).encode();
+        let bucket = |le: &str| {
+            let prefix = format!("informer_host_plugin_call_duration_seconds_bucket{{le=\"{le}\",");
+            let line = m.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {le} in\n{m}"));
+            line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+        };
+        assert_eq!(
+            [bucket("0.000001"), bucket("0.000005"), bucket("0.0001"), bucket("0.25"), bucket("1.0"), bucket("+Inf")],
+            [1, 3, 997, 997, 998, 1000],
+            "{m}"
+        );
+        assert!(
+            m.contains("informer_host_plugin_call_duration_seconds_count{plugin=\"p\",informer=\"i\"} 1000"),
+            "{m}"
+        );
+    }
+
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "p".into(),
+            file: "p.wasm".into(),
+            size_bytes: 1,
+            hash: "abc".into(),
+            world: "w".into(),
+            imports: vec![],
+            compile_time: Duration::ZERO,
+            from_cache: false,
+            instantiate_time: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn readiness_lines_cannot_be_forged() {
+        let r = Readiness {
+            ready: false,
+            checks: vec![Check { ok: false, what: "plugin x".into(), detail: "bad\n[+]plugin y: synced".into() }],
+        };
+        assert_eq!(r.render(), "[-]plugin x: bad\\n[+]plugin y: synced\nreadyz check failed\n");
     }
 }

@@ -539,14 +539,15 @@ impl<'a> Fields<'_, 'a> {
 /// `read_table!(fields, RawX, [required keys], [optional keys])` reads a
 /// `Raw*` struct from [`Fields`]: every listed key (required ones first),
 /// then the unknown ones, each problem reported; `Some` when every required
-/// key is present and of the right type. A field of the struct missing
-/// from the lists does not compile.
+/// key is present and of the right type (it returns from the enclosing
+/// function otherwise). A field of the struct missing from the lists does
+/// not compile.
 macro_rules! read_table {
     ($f:ident, $ty:ident, [$($req:ident),* $(,)?], [$($opt:ident),* $(,)?] $(,)?) => {{
         $(let $req = $f.required(stringify!($req));)*
         $(let $opt = $f.optional(stringify!($opt));)*
         $f.finish();
-        (|| Some($ty { $($req: $req?,)* $($opt,)* }))()
+        Some($ty { $($req: $req?,)* $($opt,)* })
     }};
 }
 

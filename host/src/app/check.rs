@@ -1,0 +1,184 @@
+//! `informer-host check`: validates nothing itself (the config did), but
+//! compiles, type-checks and test-instantiates every plugin, and renders
+//! the table of plugins and every problem.
+
+use std::fmt::Write as _;
+
+use crate::config::{Config, PluginConfig};
+use crate::plugin::{PluginError, PluginInfo};
+
+use super::format::{fmt_size, tidy_path};
+use super::plugins::new_runtime;
+
+/// One plugin as `check` saw it.
+pub struct CheckedPlugin {
+    pub config: PluginConfig,
+    pub result: Result<PluginInfo, PluginError>,
+}
+
+/// What `check` found.
+pub struct CheckReport {
+    pub plugins: Vec<CheckedPlugin>,
+    /// A problem that stopped the check before any plugin was loaded.
+    pub fatal: Option<String>,
+}
+
+impl CheckReport {
+    pub fn ok(&self) -> bool {
+        self.fatal.is_none() && self.plugins.iter().all(|p| p.result.is_ok())
+    }
+
+    /// The table of plugins and, below it, every problem.
+    pub fn render(&self, config: &Config) -> String {
+        let mut rows =
+            vec![["PLUGIN", "FILE", "SIZE", "WORLD", "IMPORTS", "GRANTED", "TENANT", "LIMITS"].map(String::from)];
+        for p in &self.plugins {
+            let limits = describe_limits(&p.config);
+            let granted = if p.config.grant_names.is_empty() { "-".into() } else { p.config.grant_names.join(",") };
+            let tenant = p.config.tenant.clone().unwrap_or_else(|| "-".into());
+            let file = tidy_path(&p.config.wasm).display().to_string();
+            let row = match &p.result {
+                Ok(info) => [
+                    p.config.name.clone(),
+                    file,
+                    fmt_size(info.size_bytes),
+                    info.world.clone(),
+                    describe_imports(&info.imports),
+                    granted,
+                    tenant,
+                    limits,
+                ],
+                Err(_) => {
+                    [p.config.name.clone(), file, "-".into(), "FAILED".into(), "-".into(), granted, tenant, limits]
+                }
+            };
+            rows.push(row);
+        }
+        let mut widths = [0usize; 8];
+        for r in &rows {
+            for (w, c) in widths.iter_mut().zip(r) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let mut out = String::new();
+        if !self.plugins.is_empty() {
+            for r in &rows {
+                let mut line = String::new();
+                for (i, (c, w)) in r.iter().zip(widths).enumerate() {
+                    if i + 1 == r.len() {
+                        line.push_str(c);
+                    } else {
+                        let _ = write!(line, "{c:<w$}  ");
+                    }
+                }
+                out.push_str(line.trim_end());
+                out.push('\n');
+            }
+        }
+        let informers = config.informers.len();
+        let problems: Vec<String> = self
+            .fatal
+            .iter()
+            .cloned()
+            .chain(
+                self.plugins
+                    .iter()
+                    .filter_map(|p| p.result.as_ref().err().map(|e| format!("{}: {e}", config.at(p.config.location)))),
+            )
+            .collect();
+        if problems.is_empty() {
+            let _ = writeln!(
+                out,
+                "{}: ok ({informers} informer(s), {} plugin(s))",
+                config.file.display(),
+                self.plugins.len()
+            );
+        } else {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            for p in &problems {
+                let _ = writeln!(out, "error: {p}");
+            }
+            let n = problems.len();
+            let _ = writeln!(out, "{}: {n} problem{}", config.file.display(), if n == 1 { "" } else { "s" });
+        }
+        out
+    }
+}
+
+/// Compiles, type-checks and test-instantiates every plugin of a config.
+pub fn check(config: &Config) -> CheckReport {
+    if config.plugins.is_empty() {
+        return CheckReport { plugins: Vec::new(), fatal: None };
+    }
+    let runtime = match new_runtime(config) {
+        Ok(r) => r,
+        Err(e) => {
+            let e = super::AppError::Runtime(e);
+            return CheckReport { plugins: Vec::new(), fatal: Some(e.to_string()) };
+        }
+    };
+    let plugins = config
+        .plugins
+        .iter()
+        .map(|p| CheckedPlugin { config: p.clone(), result: runtime.load(p.spec()).map(|l| l.info) })
+        .collect();
+    CheckReport { plugins, fatal: None }
+}
+
+fn describe_limits(p: &PluginConfig) -> String {
+    let fuel = match p.limits.fuel_per_call {
+        Some(f) => format!("fuel {f}"),
+        None => "fuel unlimited".into(),
+    };
+    let mut s = format!(
+        "{fuel}, deadline {}, memory {}",
+        humantime::format_duration(p.limits.deadline_per_call),
+        fmt_size(p.limits.memory_bytes as u64)
+    );
+    if let Some(n) = p.max_pending {
+        let _ = write!(s, ", pending {n}");
+    }
+    s
+}
+
+/// `log, cache (+3 wasi)`: the capability imports by short name.
+fn describe_imports(imports: &[String]) -> String {
+    let mut caps = Vec::new();
+    let mut wasi = 0;
+    for i in imports {
+        if i.starts_with("wasi:") {
+            wasi += 1;
+            continue;
+        }
+        let short = i.rsplit('/').next().unwrap_or(i);
+        let short = short.split('@').next().unwrap_or(short);
+        if short != "types" && short != "delivery" {
+            caps.push(short.to_string());
+        }
+    }
+    let mut s = if caps.is_empty() { "-".to_string() } else { caps.join(",") };
+    if wasi > 0 {
+        let _ = write!(s, " (+{wasi} wasi)");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_by_short_name() {
+        assert_eq!(
+            describe_imports(&[
+                "informer-host:plugin/types@0.1.0".into(),
+                "informer-host:plugin/log@0.1.0".into(),
+                "informer-host:plugin/cache@0.1.0".into(),
+                "wasi:cli/environment@0.2.6".into(),
+            ]),
+            "log,cache (+1 wasi)"
+        );
+    }
+}

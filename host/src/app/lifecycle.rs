@@ -1,0 +1,336 @@
+//! [`App`]: a host started from a [`Config`], run until a signal, and shut
+//! down in order.
+//!
+//! Start-up opens every informer's source, loads every plugin through the
+//! registry ([`super::plugins`]), serves `/metrics`, `/healthz` and
+//! `/readyz` (and the admin API when `[admin]` is configured), and starts
+//! the informers. On SIGINT/SIGTERM the informers stop, in-flight calls get
+//! a grace period, and the servers stop; SIGHUP meanwhile re-reads the
+//! config ([`super::reload`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info_span};
+
+use crate::admin::AdminServer;
+use crate::admin_api::{self, AdminConfig};
+use crate::config::{Config, DEFAULT_SHUTDOWN_GRACE, InformerConfig};
+use crate::informer::{IndexFunc, InformerOptions, ObjectRef, SharedIndexInformer};
+use crate::metrics::{InformerEntry, Observed};
+
+use super::format::{fmt_duration, fmt_size};
+use super::plugins::Plugins;
+use super::sources::Sources;
+use super::{AppError, RunOptions, health};
+
+/// A label-key index: objects by the value of one label.
+fn label_index(key: String) -> IndexFunc {
+    Arc::new(move |o: &ObjectRef| o.label(&key).map(|v| vec![v.to_string()]).unwrap_or_default())
+}
+
+struct RunningInformer {
+    name: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A started host. [`App::shutdown`] stops it in order.
+pub struct App {
+    /// What metrics and readiness report.
+    pub observed: Observed,
+    /// Where `/metrics`, `/healthz`, `/readyz` are served, if anywhere.
+    pub admin_addr: Option<SocketAddr>,
+    /// Where the admin API (`/v1/plugins`) is served, if `[admin]` is configured.
+    pub api_addr: Option<SocketAddr>,
+    stop: CancellationToken,
+    admin_stop: CancellationToken,
+    servers: Vec<AdminServer>,
+    informers: Vec<RunningInformer>,
+    /// The plugins; holds the registry and with it the runtime, whose epoch
+    /// ticker enforces every call's deadline while the host lives.
+    plugins: Arc<Plugins>,
+    /// SIGHUP, listened for from the start so it never kills the process.
+    #[cfg(unix)]
+    hup: Option<tokio::signal::unix::Signal>,
+    grace: Duration,
+}
+
+impl App {
+    /// Opens every source, loads every plugin, starts the admin server and
+    /// the informers. Returns once everything is started (not synced).
+    pub async fn start(config: &Config, opts: &RunOptions) -> Result<App, AppError> {
+        let stop = CancellationToken::new();
+        let observed = Observed::new();
+        let grace = opts.shutdown_grace.or(config.host.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE);
+        #[cfg(unix)]
+        let hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGHUP (config reloads are off): {e}");
+                None
+            }
+        };
+
+        // Informers, not yet running: handlers registered before `run`
+        // receive the initial list as initial-list adds.
+        let mut informers: Vec<(InformerConfig, SharedIndexInformer)> = Vec::new();
+        let mut sources = Sources::new(opts.kube.clone());
+        for cfg in &config.informers {
+            let at = config.at(cfg.location);
+            let lw = sources.open(cfg).await.map_err(|message| AppError::Source {
+                at: at.clone(),
+                name: cfg.name.clone(),
+                source_kind: cfg.source.kind(),
+                message,
+            })?;
+            let description = lw.describe();
+            let informer = SharedIndexInformer::from_arc(
+                lw,
+                InformerOptions {
+                    name: cfg.name.clone(),
+                    default_resync_period: cfg.resync,
+                    ..InformerOptions::default()
+                },
+            );
+            if !cfg.indexers.is_empty() {
+                let map: HashMap<String, IndexFunc> =
+                    cfg.indexers.iter().map(|k| (k.clone(), label_index(k.clone()))).collect();
+                informer.add_indexers(map).map_err(|e| AppError::Informer {
+                    at,
+                    name: cfg.name.clone(),
+                    message: format!("cannot add indexers: {e}"),
+                })?;
+            }
+            observed.add_informer(InformerEntry {
+                name: cfg.name.clone(),
+                source: description.clone(),
+                informer: informer.clone(),
+            });
+            info_span!("informer", name = %cfg.name).in_scope(|| tracing::info!("source: {description}"));
+            informers.push((cfg.clone(), informer));
+        }
+
+        // Plugins, through the registry (made now if anything needs it,
+        // else on the first SIGHUP that adds a plugin).
+        let plugins = Arc::new(Plugins::new(observed.clone(), config.clone(), informers.clone()));
+        if !config.plugins.is_empty() || config.admin.is_some() {
+            plugins.registry().map_err(AppError::Runtime)?;
+        }
+        {
+            let mut managed = plugins.managed.lock().await;
+            for p in &config.plugins {
+                plugins.start_plugin(p, config.tenant_of(p), &mut managed).await;
+            }
+        }
+
+        // Metrics and health.
+        let metrics_addr = opts.metrics_addr.or(config.host.metrics_addr);
+        let admin_stop = CancellationToken::new();
+        let mut servers = Vec::new();
+        let admin_addr = match metrics_addr {
+            Some(addr) => {
+                let server = health::serve(addr, &plugins, admin_stop.clone()).await?;
+                let a = server.local_addr;
+                servers.push(server);
+                Some(a)
+            }
+            None => None,
+        };
+
+        // The admin API, on its own listener: it needs a token, the
+        // metrics and health endpoints do not.
+        let api_addr = match &config.admin {
+            Some(admin) => {
+                let registry = plugins.registry().map_err(AppError::Runtime)?;
+                let router = admin_api::router(
+                    registry,
+                    AdminConfig { token: admin.token.expose().to_string(), max_upload: admin.max_upload },
+                );
+                let server = AdminServer::serve(admin.addr, router, admin_stop.clone())
+                    .await
+                    .map_err(|e| AppError::BindAdmin { addr: admin.addr, message: e.to_string() })?;
+                let a = server.local_addr;
+                tracing::info!(
+                    "admin API on http://{a}/v1/plugins (bearer token from {}, uploads up to {})",
+                    admin.token_source,
+                    fmt_size(admin.max_upload as u64)
+                );
+                servers.push(server);
+                Some(a)
+            }
+            None => None,
+        };
+
+        // Run.
+        let started = Instant::now();
+        let mut running = Vec::new();
+        for (cfg, informer) in informers {
+            let span = info_span!("informer", name = %cfg.name);
+            let task = tokio::spawn({
+                let informer = informer.clone();
+                let stop = stop.child_token();
+                async move { informer.run(stop).await }.instrument(span.clone())
+            });
+            tokio::spawn(health::report_synced(informer, started, stop.clone()).instrument(span));
+            running.push(RunningInformer { name: cfg.name.clone(), task });
+        }
+        tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));
+
+        Ok(App {
+            observed,
+            admin_addr,
+            api_addr,
+            stop,
+            admin_stop,
+            servers,
+            informers: running,
+            plugins,
+            #[cfg(unix)]
+            hup,
+            grace,
+        })
+    }
+
+    /// A token that, when cancelled, makes [`App::run_until_signal`] return.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Re-reads the config file and applies the difference to the plugins
+    /// (what SIGHUP does).
+    pub async fn reload(&self) {
+        self.plugins.reload().await;
+    }
+
+    /// Waits for SIGINT or SIGTERM (or the stop token), then shuts down.
+    /// SIGHUP meanwhile re-reads the config (one reload at a time).
+    pub async fn run_until_signal(mut self) {
+        let stop = self.stop.clone();
+        #[cfg(unix)]
+        let mut hup = self.hup.take();
+        #[cfg(not(unix))]
+        let mut hup = None::<()>;
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                sig = &mut shutdown => {
+                    tracing::info!("received {sig}, shutting down (again to exit at once)");
+                    tokio::spawn(async {
+                        let sig = shutdown_signal().await;
+                        tracing::warn!("received {sig} again, exiting at once");
+                        std::process::exit(130);
+                    });
+                    break;
+                }
+                _ = hangup(&mut hup) => {
+                    tracing::info!("received SIGHUP, re-reading {}", self.plugins.started.file.display());
+                    let plugins = self.plugins.clone();
+                    tokio::spawn(async move { plugins.reload().await });
+                }
+                _ = stop.cancelled() => break,
+            }
+        }
+        self.shutdown().await;
+    }
+
+    /// Stops the informers, lets in-flight calls finish within the grace
+    /// period, and stops the admin server.
+    pub async fn shutdown(self) {
+        let App { stop, admin_stop, servers, informers, grace, plugins, .. } = self;
+        tracing::info!(
+            "stopping {} informer(s); in-flight calls have {} to finish",
+            informers.len(),
+            humantime::format_duration(grace)
+        );
+        stop.cancel();
+        // No more swaps from file changes (unless a reload holds the
+        // plugins: shutdown does not wait for it).
+        if let Ok(mut managed) = plugins.managed.try_lock() {
+            for m in managed.values_mut() {
+                m.watch = None;
+            }
+        }
+        let t = Instant::now();
+        let mut tasks: Vec<(String, tokio::task::JoinHandle<()>)> =
+            informers.into_iter().map(|i| (i.name, i.task)).collect();
+        let all = futures::future::join_all(tasks.iter_mut().map(|(_, task)| task));
+        match tokio::time::timeout(grace, all).await {
+            Ok(_) => tracing::info!("all informers stopped in {}", fmt_duration(t.elapsed())),
+            Err(_) => {
+                let stuck: Vec<&str> =
+                    tasks.iter().filter(|(_, task)| !task.is_finished()).map(|(n, _)| n.as_str()).collect();
+                tracing::warn!(
+                    "grace period of {} elapsed with calls still running in informer(s) {}; exiting anyway",
+                    humantime::format_duration(grace),
+                    stuck.join(", ")
+                );
+            }
+        }
+        admin_stop.cancel();
+        for s in servers {
+            s.join().await;
+        }
+    }
+}
+
+/// Resolves on the next SIGHUP; never without a SIGHUP listener.
+#[cfg(unix)]
+async fn hangup(hup: &mut Option<tokio::signal::unix::Signal>) {
+    if let Some(s) = hup {
+        if s.recv().await.is_some() {
+            return;
+        }
+        *hup = None;
+    }
+    std::future::pending::<()>().await
+}
+
+#[cfg(not(unix))]
+async fn hangup(_: &mut Option<()>) {
+    std::future::pending::<()>().await
+}
+
+/// Resolves on SIGINT or SIGTERM with the signal's name.
+pub async fn shutdown_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                let _ = tokio::signal::ctrl_c().await;
+                return "SIGINT";
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_indexes() {
+        let f = label_index("app".into());
+        let o: ObjectRef = Arc::new(
+            crate::informer::Object::from_json(r#"{"metadata":{"name":"a","labels":{"app":"web"}}}"#).unwrap(),
+        );
+        assert_eq!(f(&o), ["web"]);
+        let o: ObjectRef = Arc::new(crate::informer::Object::from_json(r#"{"metadata":{"name":"a"}}"#).unwrap());
+        assert!(f(&o).is_empty());
+    }
+}

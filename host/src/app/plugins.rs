@@ -1,0 +1,242 @@
+//! The config's plugins as the program runs them: through the
+//! [`PluginRegistry`] (made with the wasm runtime on first use), with their
+//! tenant's visibility and limits.
+//!
+//! This module owns loading a plugin (a plugin that fails to load is
+//! logged with its name, config line and cause, shown as failed in
+//! `/readyz` and `plugin_up`, and the rest keep running), and keeps what
+//! metrics and `/readyz` see ([`Observed`]) in step with the registry
+//! ([`Plugins::sync_observed`]), whatever changed it (the config, SIGHUP, a
+//! watched file, the admin API).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex as AsyncMutex;
+use tracing::{Instrument, info_span};
+
+use crate::config::{Config, InformerConfig, PluginConfig, TenantConfig};
+use crate::informer::SharedIndexInformer;
+use crate::metrics::{Observed, PluginEntry, PluginState};
+use crate::plugin::{LoadedPlugin, PluginError, PluginRuntime, RuntimeConfig};
+use crate::registry::{PluginDef, PluginRegistry};
+
+use super::format::describe_load;
+use super::totals::Totals;
+use super::watch::FileWatch;
+
+/// One plugin of the config, as the program manages it.
+pub(super) struct Managed {
+    /// Its config as last applied.
+    pub(super) cfg: PluginConfig,
+    pub(super) tenant: Option<TenantConfig>,
+    /// Content hash of its wasm file when it was last loaded or swapped in
+    /// from the config's file (`None`: not running).
+    pub(super) file_hash: Option<String>,
+    /// The last content of the file a watch tried (so an unchanged file is
+    /// not tried again).
+    pub(super) tried_hash: Option<String>,
+    /// The watch on its wasm file (`watch = true`).
+    pub(super) watch: Option<FileWatch>,
+}
+
+/// The config's plugins, by name.
+pub(super) type ManagedMap = BTreeMap<String, Managed>;
+
+pub(super) struct Plugins {
+    pub(super) observed: Observed,
+    /// The config the host started with: informers, `[host]` and `[admin]`
+    /// are not reloaded, and its file is the one SIGHUP re-reads.
+    pub(super) started: Config,
+    pub(super) informers: Vec<(InformerConfig, SharedIndexInformer)>,
+    registry: parking_lot::Mutex<Option<PluginRegistry>>,
+    /// The plugins of the config, by name; locked for the whole of a load,
+    /// a swap from a file change, or a reload, so they happen one at a time.
+    pub(super) managed: Arc<AsyncMutex<ManagedMap>>,
+    totals: parking_lot::Mutex<HashMap<String, Totals>>,
+}
+
+/// The first 12 hex digits of a content hash.
+pub(super) fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(12)]
+}
+
+pub(super) fn file_hash(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Runs `f` on a blocking thread.
+pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| format!("the loading task failed: {e}"))
+}
+
+/// The wasm runtime for `config`, with its compile cache.
+pub(super) fn new_runtime(config: &Config) -> Result<PluginRuntime, PluginError> {
+    let cache_dir = config.host.cache_dir.clone().or_else(default_cache_dir);
+    PluginRuntime::new(RuntimeConfig { cache_dir })
+}
+
+/// `$XDG_CACHE_HOME/informer-host` or `~/.cache/informer-host`.
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("informer-host"))
+}
+
+impl Plugins {
+    pub(super) fn new(
+        observed: Observed,
+        started: Config,
+        informers: Vec<(InformerConfig, SharedIndexInformer)>,
+    ) -> Self {
+        Plugins {
+            observed,
+            started,
+            informers,
+            registry: parking_lot::Mutex::new(None),
+            managed: Arc::new(AsyncMutex::new(BTreeMap::new())),
+            totals: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The registry, made (with the wasm runtime) on first use.
+    pub(super) fn registry(&self) -> Result<PluginRegistry, PluginError> {
+        let mut slot = self.registry.lock();
+        if let Some(r) = &*slot {
+            return Ok(r.clone());
+        }
+        let registry = PluginRegistry::new(new_runtime(&self.started)?);
+        for (cfg, informer) in &self.informers {
+            registry.add_informer(cfg.name.clone(), informer.clone());
+        }
+        for t in &self.started.tenants {
+            registry.set_tenant(t.name.clone(), t.policy());
+        }
+        *slot = Some(registry.clone());
+        Ok(registry)
+    }
+
+    /// The registry if it was made.
+    pub(super) fn registry_if_made(&self) -> Option<PluginRegistry> {
+        self.registry.lock().clone()
+    }
+
+    /// True when the registry runs a plugin of that name.
+    pub(super) fn is_running(&self, name: &str) -> bool {
+        self.registry_if_made().is_some_and(|r| r.get(name).is_some())
+    }
+
+    pub(super) fn at(&self, p: &PluginConfig) -> String {
+        self.started.at(p.location)
+    }
+
+    /// What the registry runs for `p`.
+    pub(super) fn def(&self, p: &PluginConfig, tenant: Option<&TenantConfig>) -> Result<PluginDef, String> {
+        let Some((icfg, _)) = self.informers.iter().find(|(c, _)| c.name == p.informer) else {
+            return Err(format!("informer {:?} is not running (informer changes need a restart)", p.informer));
+        };
+        Ok(PluginDef {
+            spec: p.spec(),
+            informer: p.informer.clone(),
+            resync: p.resync.unwrap_or(icfg.resync),
+            on_swap: p.on_swap,
+            visibility: tenant.map(TenantConfig::visibility),
+            max_pending: p.max_pending,
+        })
+    }
+
+    /// Loads and registers one plugin.
+    async fn load(&self, p: &PluginConfig, tenant: Option<&TenantConfig>) -> Result<Arc<LoadedPlugin>, String> {
+        let registry = self.registry().map_err(|e| format!("cannot start the wasm runtime: {e}"))?;
+        let def = self.def(p, tenant)?;
+        let reg = registry.clone();
+        blocking(move || reg.load(def)).await?.map_err(|e| e.to_string())?;
+        registry.loaded(&p.name).ok_or_else(|| "it was unloaded while loading".to_string())
+    }
+
+    /// Loads `p`, logs the outcome, records it in `managed` and in what
+    /// metrics see, and starts watching its file if asked to. True when it runs.
+    pub(super) async fn start_plugin(
+        self: &Arc<Self>,
+        p: &PluginConfig,
+        tenant: Option<&TenantConfig>,
+        managed: &mut ManagedMap,
+    ) -> bool {
+        let span = info_span!("plugin", name = %p.name);
+        let loaded = self.load(p, tenant).instrument(span.clone()).await;
+        let hash = match loaded {
+            Ok(loaded) => {
+                span.in_scope(|| tracing::info!("{}", describe_load(&loaded.info)));
+                self.sync_observed();
+                Some(loaded.info.hash.clone())
+            }
+            Err(error) => {
+                tracing::error!(plugin = %p.name, "{}: {error}; the other plugins keep running", self.at(p));
+                self.observed.set_plugin(PluginEntry {
+                    name: p.name.clone(),
+                    informer: p.informer.clone(),
+                    state: PluginState::Failed { error },
+                });
+                None
+            }
+        };
+        let ok = hash.is_some();
+        // Keep a watch that already runs on the same file.
+        let old_watch = managed.remove(&p.name).and_then(|m| m.watch.filter(|_| m.cfg.wasm == p.wasm));
+        let watch = if p.watch { old_watch.or_else(|| self.watch(p)) } else { None };
+        managed.insert(
+            p.name.clone(),
+            Managed { cfg: p.clone(), tenant: tenant.cloned(), tried_hash: hash.clone(), file_hash: hash, watch },
+        );
+        ok
+    }
+
+    /// Unloads a plugin (if it runs) and forgets what metrics saw of it.
+    pub(super) fn stop_plugin(&self, name: &str) {
+        if let Some(registry) = self.registry_if_made()
+            && registry.get(name).is_some()
+            && let Err(e) = registry.unload(name)
+        {
+            tracing::warn!(plugin = name, "unloading: {e}");
+        }
+        self.observed.remove_plugin(name);
+        self.totals.lock().remove(name);
+    }
+
+    /// Brings what metrics and readiness see in step with the registry:
+    /// every plugin it runs (whatever loaded or swapped it) with its current
+    /// registration and version; plugins it no longer runs are dropped,
+    /// plugins that failed to load stay listed as failed.
+    pub(super) fn sync_observed(&self) {
+        let Some(registry) = self.registry_if_made() else { return };
+        let mut totals = self.totals.lock();
+        let mut live = HashSet::new();
+        for status in registry.list() {
+            let (Some(registration), Some(loaded)) =
+                (registry.registration(&status.name), registry.loaded(&status.name))
+            else {
+                continue;
+            };
+            let stats = totals
+                .entry(status.name.clone())
+                .or_insert_with(|| Totals::new(loaded.stats.clone()))
+                .observe(&loaded.stats);
+            self.observed.set_plugin(PluginEntry {
+                name: status.name.clone(),
+                informer: status.informer.clone(),
+                state: PluginState::Running { registration, stats, info: Box::new(loaded.info.clone()) },
+            });
+            live.insert(status.name);
+        }
+        for e in self.observed.plugins() {
+            if matches!(e.state, PluginState::Running { .. }) && !live.contains(&e.name) {
+                self.observed.remove_plugin(&e.name);
+            }
+        }
+        totals.retain(|name, _| live.contains(name));
+    }
+}

@@ -30,6 +30,12 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Whether a log line is one plugin `name` logged (`plugin=name`, or
+/// `plugin="name"` when the field is written quoted).
+fn from_plugin(line: &str, name: &str) -> bool {
+    line.contains(&format!("plugin={name}")) || line.contains(&format!("plugin=\"{name}\""))
+}
+
 /// A copy of `examples/` in a temp dir whose config points at the built
 /// plugins, a private compile cache and a free loopback port.
 struct Demo {
@@ -102,22 +108,27 @@ impl Running {
 
     /// Waits until the log contains `needle`; panics with the log after `secs`.
     fn wait_for(&mut self, needle: &str, secs: u64) -> String {
+        self.wait_until(needle, secs, |log| log.contains(needle))
+    }
+
+    /// Waits until `done(log)`; panics with `what` and the log after `secs`.
+    fn wait_until(&mut self, what: &str, secs: u64, done: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let log = self.log();
-            if log.contains(needle) {
+            if done(&log) {
                 return log;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 // Give the reader thread a moment to drain the pipe.
                 std::thread::sleep(Duration::from_millis(100));
                 let log = self.log();
-                if log.contains(needle) {
+                if done(&log) {
                     return log;
                 }
-                panic!("informer-host exited ({status}) before logging {needle:?}:\n{log}");
+                panic!("informer-host exited ({status}) before logging {what:?}:\n{log}");
             }
-            assert!(Instant::now() < deadline, "no {needle:?} within {secs}s:\n{log}");
+            assert!(Instant::now() < deadline, "no {what:?} within {secs}s:\n{log}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -390,6 +401,101 @@ fn run_keeps_going_when_one_plugin_fails_to_load() {
     assert_eq!(code, Some(0), "{log}");
 }
 
+/// The compiled form of `wasm` in the compile cache `cache` (written by a
+/// `check` that compiled it): `<sha256 of the component>-<engine>.cwasm`.
+fn cached_compile(cache: &Path, wasm: &Path) -> PathBuf {
+    use sha2::Digest as _;
+    let hash = hex::encode(sha2::Sha256::digest(std::fs::read(wasm).unwrap()));
+    let found: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(&hash) && name.ends_with(".cwasm")
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one compiled {} in {}: {found:?}", wasm.display(), cache.display());
+    found.into_iter().next().unwrap()
+}
+
+/// The examples and a plugin `slow` whose load does not finish until the
+/// test says so: its compiled form in the compile cache is a FIFO (the
+/// path returned), which the runtime opens, and blocks on, when it loads
+/// the plugin. Opened for writing and closed, it reads as empty: the
+/// component is compiled anew and its `init` panics, so it ends as failed.
+///
+/// (A plugin whose `init` spins until its deadline would show the same
+/// without the FIFO; no test plugin does that yet.)
+fn slow_loading_demo() -> (Demo, PathBuf) {
+    let demo = Demo::new();
+    let slow = plugin_build::plugin_path("panic-on");
+    let mut config = demo.config();
+    config.push_str(&format!(
+        "\n[[plugin]]\nname = \"slow\"\nwasm = {:?}\ninformer = \"pods\"\ngrants = [\"log\"]\n\
+         config = {{ panic_in_init = true }}\n",
+        slow.display().to_string()
+    ));
+    demo.set_config(&config);
+    let out = output(&["check", "--config", "host.toml"], demo.dir.path());
+    assert_eq!(out.status.code(), Some(1), "only `slow` fails its check: {out:?}");
+    let cached = cached_compile(&demo.path("cache"), &slow);
+    std::fs::remove_file(&cached).unwrap();
+    let made = Command::new("mkfifo").arg(&cached).status().unwrap();
+    assert!(made.success(), "mkfifo {}", cached.display());
+    (demo, cached)
+}
+
+#[test]
+fn a_slow_plugin_load_holds_back_neither_health_nor_the_other_plugins() {
+    let (demo, cached) = slow_loading_demo();
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml"]);
+    // Health is served and the healthy plugins run while `slow` loads.
+    let addr = host.admin_addr();
+    assert_eq!(http_get(addr, "/healthz"), (200, "ok\n".to_string()));
+    let log = host.wait_for("added ConfigMap shop/feature-flags at rv", 30);
+    host.wait_for("Deployment shop/checkout is missing required labels: team", 30);
+    assert!(!log.contains("ready in"), "ready while `slow` still loads:\n{log}");
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("[-]plugin slow: loading"), "{body}");
+    assert!(body.contains("[+]plugin event-log: synced"), "{body}");
+    assert_eq!(http_get(addr, "/metrics").0, 200);
+
+    // Let it go: the cache entry reads as empty, the component is compiled
+    // and its `init` panics.
+    std::fs::OpenOptions::new().write(true).open(&cached).unwrap();
+    let log = host.wait_for("ready in", 60);
+    assert!(log.contains("4 plugin(s) handled their initial list, 1 plugin(s) failed to load"), "{log}");
+    let failure = log
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("plugin \"slow\""))
+        .unwrap_or_else(|| panic!("no error line naming `slow`:\n{log}"));
+    assert!(failure.contains("host.toml:") && failure.contains("panic"), "{failure}");
+    let healthy = log.find("added ConfigMap shop/feature-flags at rv").unwrap();
+    assert!(healthy < log.find(failure).unwrap(), "{log}");
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("[+]plugin slow: failed to load") && body.contains("panic"), "{body}");
+    let (_, metrics) = http_get(addr, "/metrics");
+    assert!(metrics.contains("informer_host_plugin_up{plugin=\"slow\",informer=\"pods\"} 0"), "{metrics}");
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn sigterm_while_a_plugin_still_loads_exits_in_order() {
+    let (demo, _cached) = slow_loading_demo();
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml"]);
+    host.admin_addr();
+    host.wait_for("added ConfigMap shop/feature-flags at rv", 30);
+    let t = Instant::now();
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("all informers stopped"), "{log}");
+    assert!(!log.contains("ready in"), "{log}");
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?} to exit:\n{log}", t.elapsed());
+}
+
 #[test]
 fn run_with_a_flag_address_and_sigint() {
     let demo = Demo::new();
@@ -494,10 +600,12 @@ fn sigterm_gives_up_on_a_call_after_the_grace_period() {
 // kube source, against a minimal API server on a loopback port
 
 /// Serves a ConfigMap list of `shop` and, on the first watch, one MODIFIED
-/// event; later watches stay open without events. Records request targets.
+/// event once [`FakeApiServer::modify`] is called; later watches stay open
+/// without events. Records request targets.
 struct FakeApiServer {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<String>>>,
+    modify: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeApiServer {
@@ -505,24 +613,33 @@ impl FakeApiServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let seen = requests.clone();
+        let modify = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (seen, go) = (requests.clone(), modify.clone());
         std::thread::spawn(move || {
             let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { return };
-                let seen = seen.clone();
-                let watches = watches.clone();
-                std::thread::spawn(move || serve_fake(conn, &seen, &watches));
+                let (seen, watches, go) = (seen.clone(), watches.clone(), go.clone());
+                std::thread::spawn(move || serve_fake(conn, &seen, &watches, &go));
             }
         });
-        FakeApiServer { addr, requests }
+        FakeApiServer { addr, requests, modify }
+    }
+    /// Lets the first watch send its MODIFIED event.
+    fn modify(&self) {
+        self.modify.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
 }
 
-fn serve_fake(mut conn: TcpStream, seen: &Mutex<Vec<String>>, watches: &std::sync::atomic::AtomicUsize) {
+fn serve_fake(
+    mut conn: TcpStream,
+    seen: &Mutex<Vec<String>>,
+    watches: &std::sync::atomic::AtomicUsize,
+    modify: &std::sync::atomic::AtomicBool,
+) {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -546,6 +663,10 @@ fn serve_fake(mut conn: TcpStream, seen: &Mutex<Vec<String>>, watches: &std::syn
     if target.contains("watch=true") || target.contains("watch=1") {
         let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n");
         if watches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !modify.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let event = r#"{"type":"MODIFIED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"web-config","namespace":"shop","resourceVersion":"11","labels":{"app":"web"}},"data":{"CACHE_TTL":"60s"}}}"#;
             let _ = writeln!(conn, "{event}");
             let _ = conn.flush();
@@ -607,6 +728,9 @@ fn run_a_kube_informer_through_a_kubeconfig_context() {
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
     }
+    // The plugin loads while the informer runs: the update comes once it
+    // has handled the initial list, so it sees both.
+    server.modify();
     host.wait_for("updated ConfigMap shop/web-config rv 8 -> 11", 30);
     let (status, body) = http_get(addr, "/readyz");
     assert_eq!(status, 200, "{body}");
@@ -824,8 +948,7 @@ fn run_serves_the_admin_api_with_its_token_only() {
     assert!(!body.contains("label-audit-pods"), "{body}");
 
     // The tenant's plugin got only its namespace's objects.
-    let ops: Vec<&str> =
-        log.lines().filter(|l| l.contains("plugin=ops-log") && l.contains("added ConfigMap")).collect();
+    let ops: Vec<&str> = log.lines().filter(|l| from_plugin(l, "ops-log") && l.contains("added ConfigMap")).collect();
     assert_eq!(ops.len(), 1, "{ops:#?}\n{log}");
     assert!(ops[0].contains("monitoring/grafana-dashboards"), "{ops:?}");
     let (_, body) = http(api, "GET", "/v1/plugins/ops-log", token, None);
@@ -859,7 +982,11 @@ fn sighup_applies_config_changes_and_survives_a_broken_config() {
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
     }
-    host.wait_for("added ConfigMap shop/feature-flags at rv 3 (initial list) plugin=second-log", 30);
+    host.wait_until("second-log's initial add of shop/feature-flags", 30, |log| {
+        log.lines().any(|l| {
+            l.contains("added ConfigMap shop/feature-flags at rv 3 (initial list)") && from_plugin(l, "second-log")
+        })
+    });
     let (status, body) = http_get(addr, "/readyz");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("[+]plugin second-log: synced"), "{body}");

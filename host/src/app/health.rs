@@ -3,13 +3,19 @@
 //! synced, then the host ready).
 //!
 //! The routes are [`crate::admin`]'s, with what they report brought in step
-//! with the registry before every scrape.
+//! with the registry before every scrape; `/readyz` is answered from
+//! [`Plugins::readiness`], which also holds readiness back for plugins
+//! still loading and names them.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::extract::Request;
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminServer;
@@ -34,12 +40,33 @@ pub(super) async fn serve(
             }
         })
     };
-    let router = crate::admin::router_with(plugins.observed.clone(), Some(refresh));
+    // `/readyz` from `Plugins::readiness`; every other route as it is.
+    let weak = Arc::downgrade(plugins);
+    let with_loads = move |req: Request, next: Next| {
+        let plugins = weak.upgrade();
+        async move {
+            match plugins {
+                Some(p) if req.uri().path() == "/readyz" && matches!(*req.method(), Method::GET | Method::HEAD) => {
+                    readyz(&p)
+                }
+                _ => next.run(req).await,
+            }
+        }
+    };
+    let router =
+        crate::admin::router_with(plugins.observed.clone(), Some(refresh)).layer(axum::middleware::from_fn(with_loads));
     let server =
         AdminServer::serve(addr, router, stop).await.map_err(|e| AppError::Bind { addr, message: e.to_string() })?;
     let a = server.local_addr;
     tracing::info!("serving http://{a}/metrics, http://{a}/healthz and http://{a}/readyz");
     Ok(server)
+}
+
+/// `/readyz`, counting plugins still loading as not ready.
+fn readyz(plugins: &Plugins) -> Response {
+    let r = plugins.readiness();
+    let status = if r.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], r.render()).into_response()
 }
 
 /// Logs once `informer` has synced.
@@ -60,15 +87,14 @@ pub(super) async fn report_synced(informer: SharedIndexInformer, started: Instan
     }
 }
 
-/// Logs once the host is ready (every informer synced, every running
-/// plugin done with its initial list); warns after 30 s with what it still
-/// waits for.
+/// Logs once the host is ready (every informer synced, every plugin loaded
+/// or failed, every running plugin done with its initial list); warns
+/// after 30 s with what it still waits for.
 pub(super) async fn report_ready(plugins: Arc<Plugins>, started: Instant, stop: CancellationToken) {
     let observed = plugins.observed.clone();
     let mut warned = false;
     loop {
-        plugins.sync_observed();
-        let r = observed.readiness();
+        let r = plugins.readiness();
         if r.ready {
             let plugins = observed.plugins();
             let failed = plugins.iter().filter(|p| matches!(p.state, PluginState::Failed { .. })).count();
@@ -86,7 +112,8 @@ pub(super) async fn report_ready(plugins: Arc<Plugins>, started: Instant, stop: 
         }
         if !warned && started.elapsed() > Duration::from_secs(30) {
             warned = true;
-            let waiting: Vec<String> = r.checks.iter().filter(|c| !c.ok).map(|c| c.what.clone()).collect();
+            let waiting: Vec<String> =
+                r.checks.iter().filter(|c| !c.ok).map(|c| format!("{} ({})", c.what, c.detail)).collect();
             tracing::warn!("not ready after 30s; waiting for {}", waiting.join(", "));
         }
         tokio::select! {

@@ -1,12 +1,16 @@
 //! [`App`]: a host started from a [`Config`], run until a signal, and shut
 //! down in order.
 //!
-//! Start-up opens every informer's source, loads every plugin through the
-//! registry ([`super::plugins`]), serves `/metrics`, `/healthz` and
-//! `/readyz` (and the admin API when `[admin]` is configured), and starts
-//! the informers. On SIGINT/SIGTERM the informers stop, in-flight calls get
-//! a grace period, and the servers stop; SIGHUP meanwhile re-reads the
-//! config ([`super::reload`]).
+//! Start-up goes in this order: open every informer's source; serve
+//! `/metrics`, `/healthz` and `/readyz` (and the admin API when `[admin]`
+//! is configured); start the informers; then load the plugins, all at once
+//! in the background ([`super::plugins`]), each registering with its
+//! informer as soon as it has loaded. Health answers, and the healthy
+//! plugins get their notifications, while a slow plugin is still loading;
+//! `/readyz` says not ready until every plugin has loaded (or failed) and
+//! handled its initial list. On SIGINT/SIGTERM the informers stop,
+//! in-flight calls get a grace period, and the servers stop; SIGHUP
+//! meanwhile re-reads the config ([`super::reload`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,9 +22,9 @@ use tracing::{Instrument, info_span};
 
 use crate::admin::AdminServer;
 use crate::admin_api::{self, AdminConfig};
-use crate::config::{Config, DEFAULT_SHUTDOWN_GRACE, InformerConfig};
-use crate::informer::{IndexFunc, InformerOptions, ObjectRef, SharedIndexInformer};
-use crate::metrics::{InformerEntry, Observed};
+use crate::config::{Config, DEFAULT_SHUTDOWN_GRACE, InformerConfig, PluginConfig};
+use crate::informer::{IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, ObjectRef, SharedIndexInformer};
+use crate::metrics::{InformerEntry, Observed, Readiness};
 
 use super::format::{fmt_duration, fmt_size};
 use super::plugins::Plugins;
@@ -30,6 +34,27 @@ use super::{AppError, RunOptions, health};
 /// A label-key index: objects by the value of one label.
 fn label_index(key: String) -> IndexFunc {
     Arc::new(move |o: &ObjectRef| o.label(&key).map(|v| vec![v.to_string()]).unwrap_or_default())
+}
+
+/// The resync check period an informer starts with: its own resync,
+/// lowered to the shortest resync of a plugin of the config on it.
+///
+/// Plugins register after the informer has started, when a shorter period
+/// no longer lowers the check period (client-go raises the handler's
+/// instead); starting with the period they need keeps their resyncs as if
+/// they had registered before start. An informer without resync (zero)
+/// keeps none, as client-go does.
+fn resync_check_period(informer: &InformerConfig, plugins: &[PluginConfig]) -> Duration {
+    if informer.resync.is_zero() {
+        return Duration::ZERO;
+    }
+    plugins
+        .iter()
+        .filter(|p| p.informer == informer.name)
+        .filter_map(|p| p.resync)
+        .filter(|d| !d.is_zero())
+        .map(|d| d.max(MINIMUM_RESYNC_PERIOD))
+        .fold(informer.resync, Duration::min)
 }
 
 struct RunningInformer {
@@ -59,9 +84,18 @@ pub struct App {
 }
 
 impl App {
-    /// Opens every source, loads every plugin, starts the admin server and
-    /// the informers. Returns once everything is started (not synced).
+    /// Starts the host and waits until every plugin of the config has
+    /// loaded or failed (the informers need not have synced).
     pub async fn start(config: &Config, opts: &RunOptions) -> Result<App, AppError> {
+        let app = Self::launch(config, opts).await?;
+        app.plugins.config_loaded().await;
+        Ok(app)
+    }
+
+    /// Opens every source, serves metrics and health (and the admin API),
+    /// starts the informers, starts loading the plugins, and returns: the
+    /// plugins load in the background ([`App::plugins_loaded`]).
+    pub async fn launch(config: &Config, opts: &RunOptions) -> Result<App, AppError> {
         let stop = CancellationToken::new();
         let observed = Observed::new();
         let grace = opts.shutdown_grace.or(config.host.shutdown_grace).unwrap_or(DEFAULT_SHUTDOWN_GRACE);
@@ -74,8 +108,7 @@ impl App {
             }
         };
 
-        // Informers, not yet running: handlers registered before `run`
-        // receive the initial list as initial-list adds.
+        // Informers, not yet running.
         let mut informers: Vec<(InformerConfig, SharedIndexInformer)> = Vec::new();
         let mut sources = Sources::new(opts.kube.clone());
         for cfg in &config.informers {
@@ -91,7 +124,9 @@ impl App {
                 lw,
                 InformerOptions {
                     name: cfg.name.clone(),
-                    default_resync_period: cfg.resync,
+                    // No handler uses the default period (each plugin has
+                    // its own); it sets the starting check period.
+                    default_resync_period: resync_check_period(cfg, &config.plugins),
                     ..InformerOptions::default()
                 },
             );
@@ -113,17 +148,12 @@ impl App {
             informers.push((cfg.clone(), informer));
         }
 
-        // Plugins, through the registry (made now if anything needs it,
-        // else on the first SIGHUP that adds a plugin).
+        // The plugins' registry (made now if anything needs it, else on the
+        // first SIGHUP that adds a plugin).
         let plugins = Arc::new(Plugins::new(observed.clone(), config.clone(), informers.clone()));
+        plugins.expect_config_plugins(config);
         if !config.plugins.is_empty() || config.admin.is_some() {
             plugins.registry().map_err(AppError::Runtime)?;
-        }
-        {
-            let mut managed = plugins.managed.lock().await;
-            for p in &config.plugins {
-                plugins.start_plugin(p, config.tenant_of(p), &mut managed).await;
-            }
         }
 
         // Metrics and health.
@@ -164,7 +194,8 @@ impl App {
             None => None,
         };
 
-        // Run.
+        // Run the informers, then load the plugins: each joins its informer
+        // as soon as it has loaded and gets the cache as initial-list adds.
         let started = Instant::now();
         let mut running = Vec::new();
         for (cfg, informer) in informers {
@@ -177,6 +208,7 @@ impl App {
             tokio::spawn(health::report_synced(informer, started, stop.clone()).instrument(span));
             running.push(RunningInformer { name: cfg.name.clone(), task });
         }
+        plugins.load_config_plugins(config);
         tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));
 
         Ok(App {
@@ -192,6 +224,17 @@ impl App {
             hup,
             grace,
         })
+    }
+
+    /// Resolves once every plugin of the config has loaded or failed.
+    pub async fn plugins_loaded(&self) {
+        self.plugins.config_loaded().await
+    }
+
+    /// What `/readyz` answers: [`Observed::readiness`], and every plugin
+    /// still loading as not ready.
+    pub fn readiness(&self) -> Readiness {
+        self.plugins.readiness()
     }
 
     /// A token that, when cancelled, makes [`App::run_until_signal`] return.
@@ -322,6 +365,7 @@ pub async fn shutdown_signal() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Location;
 
     #[test]
     fn label_indexes() {
@@ -332,5 +376,53 @@ mod tests {
         assert_eq!(f(&o), ["web"]);
         let o: ObjectRef = Arc::new(crate::informer::Object::from_json(r#"{"metadata":{"name":"a"}}"#).unwrap());
         assert!(f(&o).is_empty());
+    }
+
+    #[test]
+    fn plugins_lower_the_resync_check_period_their_informer_starts_with() {
+        let text = "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \".\"\nresync = \"5m\"\n\
+                    [[informer]]\nname = \"b\"\nsource = \"manifests\"\ndir = \".\"\n";
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::parse(text, "host.toml", dir.path()).unwrap();
+        let plugin = |informer: &str, resync: Option<Duration>| {
+            let mut p = PluginConfig {
+                name: "p".into(),
+                wasm: "p.wasm".into(),
+                informer: informer.into(),
+                resync,
+                limits: Default::default(),
+                grants: Default::default(),
+                grant_names: Vec::new(),
+                config_json: "{}".into(),
+                on_trap: Default::default(),
+                tenant: None,
+                watch: false,
+                on_swap: Default::default(),
+                max_pending: None,
+                location: Location::default(),
+            };
+            p.name = format!("{informer}-{resync:?}");
+            p
+        };
+        let (a, b) = (&config.informers[0], &config.informers[1]);
+        let secs = Duration::from_secs;
+        assert_eq!(resync_check_period(a, &[]), secs(300));
+        assert_eq!(
+            resync_check_period(
+                a,
+                &[
+                    plugin("a", Some(secs(60))),
+                    plugin("a", Some(secs(30))),
+                    plugin("a", None),
+                    plugin("b", Some(secs(2)))
+                ]
+            ),
+            secs(30)
+        );
+        // Zero is "no resync" for that plugin, not a shorter period.
+        assert_eq!(resync_check_period(a, &[plugin("a", Some(Duration::ZERO))]), secs(300));
+        assert_eq!(resync_check_period(a, &[plugin("a", Some(Duration::from_millis(10)))]), MINIMUM_RESYNC_PERIOD);
+        // An informer without resync has no resync check at all.
+        assert_eq!(resync_check_period(b, &[plugin("b", Some(secs(30)))]), Duration::ZERO);
     }
 }

@@ -2,20 +2,22 @@
 //!
 //! This module owns the wiring of the host proper, one concern per file:
 //!
-//! - `lifecycle`: [`App`], start-up (sources, plugins, metrics and health
-//!   and the admin API, informers), the run until SIGINT/SIGTERM, and the
+//! - `lifecycle`: [`App`], start-up in order (sources, then metrics and
+//!   health and the admin API, then the informers, then the plugins, which
+//!   load in the background), the run until SIGINT/SIGTERM, and the
 //!   shutdown in order (informers stop, in-flight calls get a grace period,
 //!   the process exits 0).
 //! - `plugins`: the config's plugins through the
 //!   [`PluginRegistry`](crate::registry::PluginRegistry), with their
-//!   tenant's visibility and limits: a plugin that fails to load is
-//!   reported and marked failed while the rest keep running; what metrics and
+//!   tenant's visibility and limits: concurrent, bounded loads; a plugin
+//!   that fails to load (or whose `init` overruns its deadline) is reported
+//!   and marked failed while the rest keep running; what metrics and
 //!   `/readyz` see ([`Observed`](crate::metrics::Observed)) kept in step
 //!   with the registry after every change and before every scrape, so
 //!   plugins swapped, loaded or unloaded through the admin API are
 //!   reported too.
-//! - `health`: the `/metrics`, `/healthz` and `/readyz` server and the
-//!   start-up lines.
+//! - `health`: the `/metrics`, `/healthz` and `/readyz` server (readiness
+//!   counts plugins still loading as not ready) and the start-up lines.
 //! - `reload`: SIGHUP re-reads the config and applies the difference to
 //!   the plugins.
 //! - `watch`: a plugin with `watch = true` is swapped when its wasm file
@@ -87,9 +89,10 @@ pub enum AppError {
     BindAdmin { addr: SocketAddr, message: String },
 }
 
-/// Starts the host from a config and runs it until SIGINT/SIGTERM.
+/// Starts the host from a config and runs it until SIGINT/SIGTERM. Health
+/// is served and the informers run while the plugins still load.
 pub async fn run(config: &Config, opts: &RunOptions) -> Result<(), AppError> {
-    let app = App::start(config, opts).await?;
+    let app = App::launch(config, opts).await?;
     app.run_until_signal().await;
     tracing::info!("bye");
     Ok(())

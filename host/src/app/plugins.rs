@@ -2,30 +2,50 @@
 //! [`PluginRegistry`] (made with the wasm runtime on first use), with their
 //! tenant's visibility and limits.
 //!
-//! This module owns loading a plugin (a plugin that fails to load is
-//! logged with its name, config line and cause, shown as failed in
-//! `/readyz` and `plugin_up`, and the rest keep running), and keeps what
-//! metrics and `/readyz` see ([`Observed`]) in step with the registry
-//! ([`Plugins::sync_observed`]), whatever changed it (the config, SIGHUP, a
-//! watched file, the admin API).
+//! This module owns loading: a load (compile, type-check, instantiate,
+//! `init`) runs on a blocking thread, at most [`load_parallelism`] at a
+//! time, and the plugin counts as *loading* meanwhile, which keeps
+//! readiness back ([`Plugins::readiness`]). At start-up every plugin of the
+//! config is loaded concurrently, after health is served and the informers
+//! run ([`Plugins::load_config_plugins`]): a slow `init` (it may take ten
+//! times a call's deadline before the runtime stops it) delays only its
+//! own plugin. A plugin that fails to load is logged with its name, config
+//! line and cause, shown as failed in `/readyz` and `plugin_up`, and the
+//! rest keep running.
+//!
+//! It also keeps what metrics and `/readyz` see ([`Observed`]) in step with
+//! the registry ([`Plugins::sync_observed`]), whatever changed it (the
+//! config, SIGHUP, a watched file, the admin API).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use tokio::sync::Mutex as AsyncMutex;
+use tokio::sync::{Mutex as AsyncMutex, Semaphore};
+use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use crate::config::{Config, InformerConfig, PluginConfig, TenantConfig};
 use crate::informer::SharedIndexInformer;
-use crate::metrics::{Observed, PluginEntry, PluginState};
+use crate::metrics::{Check, Observed, PluginEntry, PluginState, Readiness};
 use crate::plugin::{LoadedPlugin, PluginError, PluginRuntime, RuntimeConfig};
 use crate::registry::{PluginDef, PluginRegistry};
 
-use super::format::describe_load;
+use super::format::{describe_load, fmt_duration};
 use super::totals::Totals;
 use super::watch::FileWatch;
+
+/// At least this many plugin loads run at once (more on a machine with
+/// more cores): a load that spins in `init` holds one until its deadline.
+const MIN_LOAD_PARALLELISM: usize = 4;
+
+/// How many plugin loads run at once: the number of cores, at least
+/// [`MIN_LOAD_PARALLELISM`].
+fn load_parallelism() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).max(MIN_LOAD_PARALLELISM)
+}
 
 /// One plugin of the config, as the program manages it.
 pub(super) struct Managed {
@@ -45,6 +65,11 @@ pub(super) struct Managed {
 /// The config's plugins, by name.
 pub(super) type ManagedMap = BTreeMap<String, Managed>;
 
+/// A load in progress.
+struct Loading {
+    since: Instant,
+}
+
 pub(super) struct Plugins {
     pub(super) observed: Observed,
     /// The config the host started with: informers, `[host]` and `[admin]`
@@ -52,10 +77,17 @@ pub(super) struct Plugins {
     pub(super) started: Config,
     pub(super) informers: Vec<(InformerConfig, SharedIndexInformer)>,
     registry: parking_lot::Mutex<Option<PluginRegistry>>,
-    /// The plugins of the config, by name; locked for the whole of a load,
-    /// a swap from a file change, or a reload, so they happen one at a time.
+    /// The plugins of the config, by name; locked for the whole of the
+    /// start-up loads, a load, a swap from a file change, or a reload, so
+    /// they happen one at a time.
     pub(super) managed: Arc<AsyncMutex<ManagedMap>>,
     totals: parking_lot::Mutex<HashMap<String, Totals>>,
+    /// Plugins whose load (compile, instantiate, `init`) is under way.
+    loading: parking_lot::Mutex<BTreeMap<String, Loading>>,
+    /// Bounds how many loads run at once.
+    permits: Semaphore,
+    /// Cancelled once every plugin of the config was loaded or failed.
+    config_loaded: CancellationToken,
 }
 
 /// The first 12 hex digits of a content hash.
@@ -100,6 +132,9 @@ impl Plugins {
             registry: parking_lot::Mutex::new(None),
             managed: Arc::new(AsyncMutex::new(BTreeMap::new())),
             totals: parking_lot::Mutex::new(HashMap::new()),
+            loading: parking_lot::Mutex::new(BTreeMap::new()),
+            permits: Semaphore::new(load_parallelism()),
+            config_loaded: CancellationToken::new(),
         }
     }
 
@@ -149,26 +184,29 @@ impl Plugins {
         })
     }
 
-    /// Loads and registers one plugin.
+    /// Loads and registers one plugin, on a blocking thread once one of
+    /// the load permits is free.
     async fn load(&self, p: &PluginConfig, tenant: Option<&TenantConfig>) -> Result<Arc<LoadedPlugin>, String> {
         let registry = self.registry().map_err(|e| format!("cannot start the wasm runtime: {e}"))?;
         let def = self.def(p, tenant)?;
+        // Never closed, so this waits for a permit and gets one.
+        let _permit = self.permits.acquire().await.map_err(|e| e.to_string())?;
         let reg = registry.clone();
         blocking(move || reg.load(def)).await?.map_err(|e| e.to_string())?;
         registry.loaded(&p.name).ok_or_else(|| "it was unloaded while loading".to_string())
     }
 
-    /// Loads `p`, logs the outcome, records it in `managed` and in what
-    /// metrics see, and starts watching its file if asked to. True when it runs.
-    pub(super) async fn start_plugin(
-        self: &Arc<Self>,
-        p: &PluginConfig,
-        tenant: Option<&TenantConfig>,
-        managed: &mut ManagedMap,
-    ) -> bool {
+    /// Counts `name` as loading (from now, unless it already is).
+    fn begin_loading(&self, name: &str) {
+        self.loading.lock().entry(name.to_string()).or_insert_with(|| Loading { since: Instant::now() });
+    }
+
+    /// Loads `p`, shown as loading meanwhile, logs the outcome and records
+    /// it in what metrics see. Its content hash when it runs.
+    async fn load_reported(&self, p: &PluginConfig, tenant: Option<&TenantConfig>) -> Option<String> {
+        self.begin_loading(&p.name);
         let span = info_span!("plugin", name = %p.name);
-        let loaded = self.load(p, tenant).instrument(span.clone()).await;
-        let hash = match loaded {
+        let hash = match self.load(p, tenant).instrument(span.clone()).await {
             Ok(loaded) => {
                 span.in_scope(|| tracing::info!("{}", describe_load(&loaded.info)));
                 self.sync_observed();
@@ -184,6 +222,21 @@ impl Plugins {
                 None
             }
         };
+        // Only now that metrics see it (running or failed): readiness never
+        // misses it in between.
+        self.loading.lock().remove(&p.name);
+        hash
+    }
+
+    /// Records the outcome of loading `p` in `managed` and starts watching
+    /// its file if asked to. True when it runs.
+    fn record(
+        self: &Arc<Self>,
+        p: &PluginConfig,
+        tenant: Option<&TenantConfig>,
+        hash: Option<String>,
+        managed: &mut ManagedMap,
+    ) -> bool {
         let ok = hash.is_some();
         // Keep a watch that already runs on the same file.
         let old_watch = managed.remove(&p.name).and_then(|m| m.watch.filter(|_| m.cfg.wasm == p.wasm));
@@ -193,6 +246,84 @@ impl Plugins {
             Managed { cfg: p.clone(), tenant: tenant.cloned(), tried_hash: hash.clone(), file_hash: hash, watch },
         );
         ok
+    }
+
+    /// Loads `p`, logs the outcome, records it in `managed` and in what
+    /// metrics see, and starts watching its file if asked to. True when it runs.
+    pub(super) async fn start_plugin(
+        self: &Arc<Self>,
+        p: &PluginConfig,
+        tenant: Option<&TenantConfig>,
+        managed: &mut ManagedMap,
+    ) -> bool {
+        let hash = self.load_reported(p, tenant).await;
+        self.record(p, tenant, hash, managed)
+    }
+
+    /// Counts every plugin of `config` as loading, so that readiness waits
+    /// for them from the start.
+    pub(super) fn expect_config_plugins(&self, config: &Config) {
+        for p in &config.plugins {
+            self.begin_loading(&p.name);
+        }
+    }
+
+    /// Starts loading every plugin of `config` in the background and
+    /// returns at once. Until each has loaded or failed it counts as
+    /// loading; `managed` stays locked until all have, so a reload or a
+    /// file change waits for them. Loads of different wasm files run
+    /// concurrently (at most [`load_parallelism`] at a time); plugins of
+    /// the same file load one after the other, the first compiling it and
+    /// the others taking the compiled component from memory.
+    pub(super) fn load_config_plugins(self: &Arc<Self>, config: &Config) {
+        self.expect_config_plugins(config);
+        let plugins: Vec<(PluginConfig, Option<TenantConfig>)> =
+            config.plugins.iter().map(|p| (p.clone(), config.tenant_of(p).cloned())).collect();
+        let managed = self.managed.clone().try_lock_owned();
+        let this = self.clone();
+        let task = async move {
+            let mut managed = match managed {
+                Ok(m) => m,
+                Err(_) => this.managed.clone().lock_owned().await,
+            };
+            if !plugins.is_empty() {
+                tracing::info!("loading {} plugin(s), at most {} at a time", plugins.len(), load_parallelism());
+            }
+            let mut chains: Vec<Vec<(usize, &PluginConfig, Option<&TenantConfig>)>> = Vec::new();
+            for (i, (p, tenant)) in plugins.iter().enumerate() {
+                match chains.iter_mut().find(|c| c[0].1.wasm == p.wasm) {
+                    Some(chain) => chain.push((i, p, tenant.as_ref())),
+                    None => chains.push(vec![(i, p, tenant.as_ref())]),
+                }
+            }
+            let outcomes = futures::future::join_all(chains.into_iter().map(|chain| {
+                let this = &this;
+                async move {
+                    let mut out = Vec::new();
+                    for (i, p, tenant) in chain {
+                        out.push((i, this.load_reported(p, tenant).await));
+                    }
+                    out
+                }
+            }))
+            .await;
+            let mut hashes: Vec<Option<String>> = vec![None; plugins.len()];
+            for (i, hash) in outcomes.into_iter().flatten() {
+                hashes[i] = hash;
+            }
+            for ((p, tenant), hash) in plugins.iter().zip(hashes) {
+                this.record(p, tenant.as_ref(), hash, &mut managed);
+            }
+            drop(managed);
+            this.sync_observed();
+            this.config_loaded.cancel();
+        };
+        tokio::spawn(task);
+    }
+
+    /// Resolves once every plugin of the config has loaded or failed.
+    pub(super) async fn config_loaded(&self) {
+        self.config_loaded.cancelled().await
     }
 
     /// Unloads a plugin (if it runs) and forgets what metrics saw of it.
@@ -238,5 +369,28 @@ impl Plugins {
             }
         }
         totals.retain(|name, _| live.contains(name));
+    }
+
+    /// What `/readyz` answers: [`Observed::readiness`] (every informer and
+    /// every running plugin synced), and every plugin still loading as not
+    /// ready, with how long it has been loading.
+    pub(super) fn readiness(&self) -> Readiness {
+        // Loads first: a load ends by showing its plugin to metrics, then
+        // leaving this list, so no plugin slips between the two reads.
+        let loading: Vec<(String, Duration)> =
+            self.loading.lock().iter().map(|(name, l)| (name.clone(), l.since.elapsed())).collect();
+        self.sync_observed();
+        let mut r = self.observed.readiness();
+        for (name, took) in &loading {
+            let what = format!("plugin {name}");
+            // What metrics saw of an earlier version (e.g. failed) is stale.
+            r.checks.retain(|c| c.what != what);
+            let detail = format!("loading for {} (compiling, instantiating and running init)", fmt_duration(*took));
+            r.checks.push(Check { ok: false, what, detail });
+        }
+        if !loading.is_empty() {
+            r.ready = false;
+        }
+        r
     }
 }

@@ -9,6 +9,12 @@
 //!   values. A document whose kind is `List` (or `<Kind>List`) with `items`
 //!   contributes its items; items of a typed list (`ConfigMapList`) that lack
 //!   `apiVersion`/`kind` get the list's.
+//! - What one file may cost ([`ManifestLimits`]): a file over
+//!   [`ManifestLimits::max_file_bytes`] is not read past the limit; a
+//!   document over [`ManifestLimits::max_document_bytes`] or nested deeper
+//!   than [`ManifestLimits::max_depth`] is rejected by one pass over its
+//!   text before it is parsed; and no document is parsed twice, so a bad
+//!   file costs time linear in its size.
 //! - Turning each document into JSON (YAML → `serde_yaml::Value`, merge keys
 //!   applied, → `serde_json::Value`) and validating what the engine needs:
 //!   `apiVersion`, `kind`, `metadata.name`, string labels and annotations.
@@ -19,24 +25,36 @@
 //! - Watching the directory with `notify`'s recommended watcher. Events are
 //!   bridged into a tokio task, coalesced until [`DEBOUNCE`] passes without a
 //!   new one (at most [`MAX_DEBOUNCE`] after the first), and then only the
-//!   changed files are re-read. An edit yields `Modified` only for objects
-//!   whose content changed (a reformatted file, a new comment or reordered
-//!   keys yield nothing); a removed document, a removed file, or an object
-//!   that no longer matches the filter yields `Deleted`; a new one `Added`.
-//!   A renamed file yields nothing. The changes of one rescan are applied
-//!   deletes first, then additions and modifications, each in key order.
-//! - Errors ([`ManifestError`]): a file that cannot be read or parsed, or a
-//!   document that is not a valid manifest, gets an error naming the file
-//!   and line (for syntax errors the line and column of the problem, for
-//!   document errors the first line of the document's content). Errors are
-//!   logged with `tracing::warn!` once when they appear and kept in
-//!   [`ManifestsSource::errors`] until the file is fixed or removed. A file
-//!   with any error is not applied at all: the objects it had before stay
-//!   exactly as they were (a half-saved file deletes nothing), and other
-//!   files are unaffected. The same key (`namespace/name`) defined twice is
-//!   an error naming both places; the first definition in sorted path order
-//!   (then document order) wins, and the other takes over if the winner
-//!   goes away.
+//!   changed files are re-read, on blocking threads, never on the task
+//!   itself: files of [`OWN_THREAD_BYTES`] or more each on a thread of their
+//!   own, the smaller ones of a rescan one after the other on one thread. The
+//!   files of one rescan are applied together once all are read, or after
+//!   [`BATCH_WAIT`] those that are ready, and each later one on its own when
+//!   it is done: a slow file never holds up the others, and new events are
+//!   handled while it is read. A file read again before an earlier read of
+//!   it finished makes the earlier one stop and count for nothing. An edit
+//!   yields `Modified` only for objects whose content changed (a
+//!   reformatted file, a new comment or reordered keys yield nothing); a
+//!   removed document, a removed file, or an object that no longer matches
+//!   the filter yields `Deleted`; a new one `Added`. A renamed file yields
+//!   nothing (unless it is so slow to read that the rename's two halves are
+//!   applied apart). The changes applied together are applied deletes
+//!   first, then additions and modifications, each in key order.
+//! - Errors ([`ManifestError`]): a file that cannot be read, is too large,
+//!   is not UTF-8 or does not parse, or a document that is too large, too
+//!   deep or not a valid manifest, gets an error naming the file and line
+//!   (for syntax errors and invalid UTF-8 the line and column of the
+//!   problem, for document errors the first line of the document's
+//!   content). A file keeps its first [`MAX_ERRORS_PER_FILE`] errors (and as
+//!   many duplicate definitions) and counts the rest in one
+//!   [`ManifestError::More`]. Errors are logged with `tracing::warn!` once
+//!   when they appear and kept in [`ManifestsSource::errors`] until the file
+//!   is fixed or removed. A file with any error is not applied at all: the
+//!   objects it had before stay exactly as they were (a half-saved file
+//!   deletes nothing), and other files are unaffected. The same key
+//!   (`namespace/name`) defined twice is an error naming both places; the
+//!   first definition in sorted path order (then document order) wins, and
+//!   the other takes over if the winner goes away.
 //!
 //! # Policy choices
 //!
@@ -66,10 +84,10 @@
 //! knows nothing of handlers, plugins or the kube client: it only implements
 //! [`ListerWatcher`] over its own [`VersionedStore`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::io;
+use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,6 +98,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::selector::Selector;
@@ -90,8 +109,74 @@ use crate::informer::{ListResult, ListerWatcher, ObjectRef, SourceError, WatchSt
 pub const DEBOUNCE: Duration = Duration::from_millis(75);
 /// Longest a burst of events can delay a rescan.
 pub const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
+/// How long the watch task waits for the files of one rescan before it
+/// applies those that are ready; each later one is applied when it is done.
+pub const BATCH_WAIT: Duration = Duration::from_millis(250);
+/// Files at least this large are read and parsed on a blocking thread of
+/// their own, so they never hold up the smaller files of the same rescan.
+/// A smaller file parses in well under a second even at the depth limit.
+pub const OWN_THREAD_BYTES: u64 = 256 * 1024;
 /// File extensions read as manifests (case-insensitive).
 pub const EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
+/// Errors kept per file (and, separately, duplicate definitions); the rest
+/// are counted in one [`ManifestError::More`].
+pub const MAX_ERRORS_PER_FILE: usize = 10;
+/// The deepest nesting [`ManifestLimits::max_depth`] allows, and its
+/// default: 128 mappings and sequences, the document's own included.
+///
+/// It is the recursion limit serde_yaml and serde_json enforce themselves,
+/// so no document deeper than this ever loaded. But serde_yaml checks it only
+/// after libyaml has scanned the whole document, and libyaml's cost grows
+/// with the square of the flow nesting (100 000 levels of `[`, 200 KB, take
+/// tens of seconds), so the source checks it first, in one pass over the
+/// text. For comparison, go-yaml (which kubectl and the API server use)
+/// stops at 10 000; Kubernetes objects, CRD schemas included, stay far
+/// below 128.
+pub const MAX_DEPTH: usize = 128;
+/// Default [`ManifestLimits::max_file_bytes`]: 8 MiB.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 8 << 20;
+/// Default [`ManifestLimits::max_document_bytes`]: 3 MiB, the API server's
+/// limit on a request body (`MaxRequestBodyBytes` in k8s.io/apiserver's
+/// server config: twice etcd's recommended 1.5 MiB request, as JSON is
+/// larger than the protobuf stored), so no object a cluster accepts is
+/// larger.
+pub const DEFAULT_MAX_DOCUMENT_BYTES: usize = 3 << 20;
+
+/// What one file may cost to load. Over a limit, the file (or document) is
+/// rejected with an error naming the limit, before anything is parsed.
+///
+/// ```
+/// use informer_host::source::manifests::{ManifestLimits, ManifestFilter, ManifestsSource};
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("deep.yaml"), "a: [[[[x]]]]\n").unwrap();
+/// let limits = ManifestLimits { max_depth: 4, ..ManifestLimits::default() };
+/// let src = ManifestsSource::open_with(dir.path(), ManifestFilter::default(), limits).unwrap();
+/// assert!(src.errors()[0].to_string().ends_with("deep.yaml:1:7: nested deeper than 4 levels"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestLimits {
+    /// Largest file, in bytes ([`ManifestError::FileTooLarge`]); a larger
+    /// file is not read. Default [`DEFAULT_MAX_FILE_BYTES`] (8 MiB).
+    pub max_file_bytes: u64,
+    /// Largest document, in bytes: a YAML document with its comments, a
+    /// JSON value ([`ManifestError::DocumentTooLarge`]). Default
+    /// [`DEFAULT_MAX_DOCUMENT_BYTES`] (3 MiB).
+    pub max_document_bytes: usize,
+    /// Deepest nesting of mappings and sequences, the document's own
+    /// included: `metadata.labels` is at depth 3 ([`ManifestError::TooDeep`]).
+    /// Default and ceiling [`MAX_DEPTH`] (128); a larger value counts as 128.
+    pub max_depth: usize,
+}
+
+impl Default for ManifestLimits {
+    fn default() -> Self {
+        ManifestLimits {
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            max_document_bytes: DEFAULT_MAX_DOCUMENT_BYTES,
+            max_depth: MAX_DEPTH,
+        }
+    }
+}
 
 /// Which manifests a [`ManifestsSource`] serves. `None` selects everything.
 ///
@@ -178,13 +263,30 @@ pub enum ManifestError {
         #[source]
         source: Arc<io::Error>,
     },
-    /// YAML or JSON that does not parse; `line`/`column` are 1-based.
+    /// YAML or JSON that does not parse, or text that is not UTF-8;
+    /// `line`/`column` are 1-based.
     #[error("{}:{line}:{column}: {message}", path.display())]
     Syntax { path: PathBuf, line: usize, column: usize, message: String },
     /// A document that parses but is not a valid manifest; `line` is where
     /// the document's content starts.
     #[error("{}:{line}: {message}", path.display())]
     Document { path: PathBuf, line: usize, message: String },
+    /// A file larger than [`ManifestLimits::max_file_bytes`]; it was not read.
+    #[error("{}: the file is {size} bytes, over the limit of {limit} bytes per file", path.display())]
+    FileTooLarge { path: PathBuf, size: u64, limit: u64 },
+    /// A document larger than [`ManifestLimits::max_document_bytes`]; `line`
+    /// is where its content starts. It was not parsed.
+    #[error("{}:{line}: the document is {size} bytes, over the limit of {limit} bytes per document", path.display())]
+    DocumentTooLarge { path: PathBuf, line: usize, size: usize, limit: usize },
+    /// Mappings and sequences nested deeper than [`ManifestLimits::max_depth`]:
+    /// `line` and `column` (1-based) are where the first level too many
+    /// opens, or, without a column, where the document's content starts.
+    #[error("{}:{}: nested deeper than {limit} levels", path.display(), line_column(*line, *column))]
+    TooDeep { path: PathBuf, line: usize, column: Option<usize>, limit: usize },
+    /// `count` more `what` ("errors", "duplicate definitions") of the file
+    /// than the [`MAX_ERRORS_PER_FILE`] reported before this one.
+    #[error("{}: and {count} more {what}", path.display())]
+    More { path: PathBuf, count: usize, what: &'static str },
     /// `key` is defined at `path:line` and already at `first_path:first_line`,
     /// which wins.
     #[error(
@@ -198,6 +300,13 @@ pub enum ManifestError {
     Watch { path: PathBuf, message: String },
 }
 
+fn line_column(line: usize, column: Option<usize>) -> String {
+    match column {
+        Some(column) => format!("{line}:{column}"),
+        None => line.to_string(),
+    }
+}
+
 impl ManifestError {
     /// The file (or directory) the error is about.
     pub fn path(&self) -> &Path {
@@ -206,6 +315,10 @@ impl ManifestError {
             | ManifestError::Read { path, .. }
             | ManifestError::Syntax { path, .. }
             | ManifestError::Document { path, .. }
+            | ManifestError::FileTooLarge { path, .. }
+            | ManifestError::DocumentTooLarge { path, .. }
+            | ManifestError::TooDeep { path, .. }
+            | ManifestError::More { path, .. }
             | ManifestError::Duplicate { path, .. }
             | ManifestError::Watch { path, .. } => path,
         }
@@ -215,6 +328,8 @@ impl ManifestError {
         match self {
             ManifestError::Syntax { line, .. }
             | ManifestError::Document { line, .. }
+            | ManifestError::DocumentTooLarge { line, .. }
+            | ManifestError::TooDeep { line, .. }
             | ManifestError::Duplicate { line, .. } => Some(*line),
             _ => None,
         }
@@ -242,7 +357,8 @@ struct Inner {
     watching: Mutex<Option<Watching>>,
 }
 
-/// A running watch: dropping it stops the notify watcher and the task.
+/// A running watch: dropping it stops the notify watcher and the task, and
+/// makes reads still running stop at their next document.
 /// The task cancels `stop` itself when it ends (the directory is gone).
 struct Watching {
     _watcher: notify::RecommendedWatcher,
@@ -255,14 +371,19 @@ impl Drop for Watching {
     }
 }
 
-/// What the watch task shares with the source.
+/// What the watch task and the reading threads share with the source.
 struct Shared {
     dir: PathBuf,
     filter: ManifestFilter,
+    limits: ManifestLimits,
     store: VersionedStore,
     state: Mutex<State>,
-    /// Serialises rescans so an older read never overwrites a newer one.
-    scanning: Mutex<()>,
+    /// Numbers reads in the order they start.
+    reads: AtomicU64,
+    /// The newest read started of each file whose read is not applied yet.
+    /// Only that read is applied, so an older read never overwrites a
+    /// newer one, however long it took.
+    latest_read: Mutex<HashMap<PathBuf, u64>>,
     scans: AtomicU64,
 }
 
@@ -286,7 +407,7 @@ struct FileState {
     errors: Vec<ManifestError>,
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Doc {
     key: String,
     line: usize,
@@ -296,6 +417,7 @@ struct Doc {
 impl ManifestsSource {
     /// Loads every manifest under `dir` now (blocking), then watches it if
     /// called inside a tokio runtime (see [`ManifestsSource::start_watching`]).
+    /// Uses the default [`ManifestLimits`].
     ///
     /// # Errors
     ///
@@ -304,6 +426,20 @@ impl ManifestsSource {
     /// runtime the watcher cannot start. Errors in files do not fail this:
     /// see [`ManifestsSource::errors`].
     pub fn open(dir: impl AsRef<Path>, filter: ManifestFilter) -> Result<Self, ManifestError> {
+        Self::open_with(dir, filter, ManifestLimits::default())
+    }
+
+    /// [`ManifestsSource::open`] with other [`ManifestLimits`].
+    ///
+    /// # Errors
+    ///
+    /// As [`ManifestsSource::open`].
+    pub fn open_with(
+        dir: impl AsRef<Path>,
+        filter: ManifestFilter,
+        mut limits: ManifestLimits,
+    ) -> Result<Self, ManifestError> {
+        limits.max_depth = limits.max_depth.min(MAX_DEPTH);
         let given = dir.as_ref();
         let dir_err =
             |source: io::Error| ManifestError::Directory { path: given.to_path_buf(), source: Arc::new(source) };
@@ -316,12 +452,14 @@ impl ManifestsSource {
         let shared = Arc::new(Shared {
             dir,
             filter,
+            limits,
             store: VersionedStore::new(description),
             state: Mutex::new(State::default()),
-            scanning: Mutex::new(()),
+            reads: AtomicU64::new(0),
+            latest_read: Mutex::new(HashMap::new()),
             scans: AtomicU64::new(0),
         });
-        shared.rescan(std::slice::from_ref(&shared.dir));
+        shared.rescan(vec![shared.dir.clone()]);
         let source = ManifestsSource { inner: Arc::new(Inner { shared, watching: Mutex::new(None) }) };
         if tokio::runtime::Handle::try_current().is_ok() {
             source.start_watching()?;
@@ -378,17 +516,19 @@ impl ManifestsSource {
     /// Re-reads the whole directory now (blocking) and applies the changes.
     pub fn rescan(&self) {
         let shared = &self.inner.shared;
-        shared.rescan(std::slice::from_ref(&shared.dir));
+        shared.rescan(vec![shared.dir.clone()]);
     }
 
-    /// Every current problem: malformed or unreadable files, duplicate
-    /// keys, the last watcher failure. Ordered by file.
+    /// Every current problem: malformed, unreadable or over-limit files,
+    /// duplicate keys, the last watcher failure. Ordered by file, then line.
     pub fn errors(&self) -> Vec<ManifestError> {
         let st = self.inner.shared.state.lock();
         let mut out: Vec<ManifestError> = st.dir_errors.values().cloned().collect();
         out.extend(st.files.values().flat_map(|f| f.errors.iter().cloned()));
         out.extend(st.duplicates.iter().cloned());
-        out.sort_by(|a, b| a.path().cmp(b.path()).then(a.line().cmp(&b.line())));
+        // Errors without a line (a whole file's, "and N more") last.
+        let line = |e: &ManifestError| e.line().unwrap_or(usize::MAX);
+        out.sort_by(|a, b| a.path().cmp(b.path()).then(line(a).cmp(&line(b))));
         out.extend(st.watch_error.iter().cloned());
         out
     }
@@ -407,7 +547,14 @@ impl ManifestsSource {
         &self.inner.shared.filter
     }
 
-    /// How many rescans have completed (the initial load is the first).
+    /// The limits in force ([`ManifestLimits::max_depth`] at most [`MAX_DEPTH`]).
+    pub fn limits(&self) -> &ManifestLimits {
+        &self.inner.shared.limits
+    }
+
+    /// How many times changes were applied: each rescan, and while watching
+    /// each file applied on its own after its rescan's [`BATCH_WAIT`] (the
+    /// initial load is the first).
     pub fn scan_count(&self) -> u64 {
         self.inner.shared.scans.load(Ordering::Acquire)
     }
@@ -445,44 +592,151 @@ impl ListerWatcher for ManifestsSource {
 // ---------------------------------------------------------------------------
 // Watching.
 
+/// The reads of one rescan, applied together once all are done, or those
+/// that are done at `deadline`.
+struct Batch {
+    roots: Vec<PathBuf>,
+    dir_errors: Vec<(PathBuf, io::Error)>,
+    reads: Vec<FileRead>,
+    /// Reads not done yet: path → read number.
+    waiting: HashMap<PathBuf, u64>,
+    deadline: Instant,
+}
+
 /// Receives notify events, coalesces bursts, and rescans what they touched.
+/// Reading and parsing run on blocking threads and come back as
+/// [`FileRead`]s, so events are handled (and other files read and applied)
+/// while a slow file is still being read.
 async fn watch_loop(
     shared: Arc<Shared>,
     mut rx: mpsc::UnboundedReceiver<notify::Result<notify::Event>>,
     stop: CancellationToken,
 ) {
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<FileRead>();
     let mut roots = BTreeSet::from([shared.dir.clone()]);
+    // While events come in: (when to rescan, the latest it may be).
+    let mut debounce: Option<(Instant, Instant)> = None;
+    let mut batch: Option<Batch> = None;
     loop {
-        let todo: Vec<PathBuf> = std::mem::take(&mut roots).into_iter().collect();
-        if !todo.is_empty() {
-            let s = shared.clone();
-            if tokio::task::spawn_blocking(move || s.rescan(&todo)).await.is_err() {
+        if debounce.is_none() && !roots.is_empty() {
+            // A new rescan: what is done of the previous one is applied
+            // first, the rest of it when it is done.
+            if let Some(b) = batch.take()
+                && !apply_batch(&shared, b, &stop).await
+            {
                 return;
             }
-            if !shared.dir.is_dir() {
-                tracing::warn!(dir = %shared.dir.display(), "manifest directory is gone; its objects were deleted");
-                stop.cancel();
-                return;
+            let todo: Vec<PathBuf> = std::mem::take(&mut roots).into_iter().collect();
+            let s = shared.clone();
+            let Ok(plan) = tokio::task::spawn_blocking(move || s.plan(todo)).await else { return };
+            let mut waiting = HashMap::new();
+            let mut small = Vec::new();
+            for (path, size) in plan.files {
+                let n = shared.begin_read(&path);
+                waiting.insert(path.clone(), n);
+                if size >= OWN_THREAD_BYTES {
+                    spawn_reads(&shared, vec![(path, n)], &done_tx, &stop);
+                } else {
+                    small.push((path, n));
+                }
+            }
+            if !small.is_empty() {
+                spawn_reads(&shared, small, &done_tx, &stop);
+            }
+            let b = Batch {
+                roots: plan.roots,
+                dir_errors: plan.dir_errors,
+                reads: Vec::new(),
+                waiting,
+                deadline: Instant::now() + BATCH_WAIT,
+            };
+            if b.waiting.is_empty() {
+                if !apply_batch(&shared, b, &stop).await {
+                    return;
+                }
+            } else {
+                batch = Some(b);
             }
         }
-        let first = tokio::select! {
+        let idle = Instant::now() + Duration::from_secs(3600);
+        let rescan_at = debounce.map_or(idle, |(at, _)| at);
+        let batch_at = batch.as_ref().map_or(idle, |b| b.deadline);
+        tokio::select! {
             _ = stop.cancelled() => return,
-            ev = rx.recv() => match ev { Some(ev) => ev, None => return },
-        };
-        shared.collect(first, &mut roots);
-        let deadline = tokio::time::Instant::now() + MAX_DEBOUNCE;
-        loop {
-            let quiet = (tokio::time::Instant::now() + DEBOUNCE).min(deadline);
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep_until(quiet) => break,
-                ev = rx.recv() => match ev {
-                    Some(ev) => shared.collect(ev, &mut roots),
-                    None => break,
-                },
+            ev = rx.recv() => {
+                let Some(ev) = ev else { return };
+                shared.collect(ev, &mut roots);
+                let now = Instant::now();
+                let latest = debounce.map_or(now + MAX_DEBOUNCE, |(_, latest)| latest);
+                debounce = Some(((now + DEBOUNCE).min(latest), latest));
+            }
+            Some(read) = done_rx.recv() => {
+                let of_batch = batch.as_ref().is_some_and(|b| b.waiting.get(&read.path) == Some(&read.number));
+                if let Some(b) = batch.as_mut().filter(|_| of_batch) {
+                    b.waiting.remove(&read.path);
+                    b.reads.push(read);
+                    if b.waiting.is_empty()
+                        && let Some(b) = batch.take()
+                        && !apply_batch(&shared, b, &stop).await
+                    {
+                        return;
+                    }
+                } else {
+                    // A read of an earlier rescan, done after its BATCH_WAIT.
+                    let s = shared.clone();
+                    if tokio::task::spawn_blocking(move || s.apply(&[], Vec::new(), vec![read])).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(rescan_at), if debounce.is_some() => debounce = None,
+            _ = tokio::time::sleep_until(batch_at), if batch.is_some() => {
+                if let Some(b) = batch.take()
+                    && !apply_batch(&shared, b, &stop).await
+                {
+                    return;
+                }
             }
         }
     }
+}
+
+/// Applies a rescan's reads; false (and `stop` cancelled) when the
+/// directory is gone or the task failed.
+async fn apply_batch(shared: &Arc<Shared>, b: Batch, stop: &CancellationToken) -> bool {
+    let s = shared.clone();
+    let applied = tokio::task::spawn_blocking(move || {
+        s.apply(&b.roots, b.dir_errors, b.reads);
+        s.dir.is_dir()
+    })
+    .await;
+    match applied {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::warn!(dir = %shared.dir.display(), "manifest directory is gone; its objects were deleted");
+            stop.cancel();
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+/// Reads `files` one after the other on a blocking thread and sends each
+/// result to the watch task.
+fn spawn_reads(
+    shared: &Arc<Shared>,
+    files: Vec<(PathBuf, u64)>,
+    done: &mpsc::UnboundedSender<FileRead>,
+    stop: &CancellationToken,
+) {
+    let (shared, done, stop) = (shared.clone(), done.clone(), stop.clone());
+    tokio::task::spawn_blocking(move || {
+        for (path, number) in files {
+            if stop.is_cancelled() || done.send(shared.read_file(path, number, Some(&stop))).is_err() {
+                return;
+            }
+        }
+    });
 }
 
 fn is_hidden(name: &std::ffi::OsStr) -> bool {
@@ -493,6 +747,35 @@ fn is_manifest_path(path: &Path) -> bool {
     let visible = path.file_name().is_some_and(|n| !is_hidden(n));
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     visible && ext.is_some_and(|e| EXTENSIONS.contains(&e.as_str()))
+}
+
+/// What a rescan of some roots reads.
+struct Plan {
+    roots: Vec<PathBuf>,
+    /// Subdirectories that could not be read.
+    dir_errors: Vec<(PathBuf, io::Error)>,
+    /// The files to read, with their size (0 when unknown), in path order.
+    files: Vec<(PathBuf, u64)>,
+}
+
+/// One file read (or not) and parsed; `number` orders reads of a file.
+struct FileRead {
+    path: PathBuf,
+    number: u64,
+    outcome: Outcome,
+}
+
+enum Outcome {
+    /// The file is gone, or is a directory now.
+    Gone,
+    /// Unreadable, too large or not UTF-8: its objects stay as they were.
+    Failed(ManifestError),
+    /// The same text as the last read applied.
+    Unchanged,
+    /// Parsed: the text's hash, and its selected documents or its errors.
+    Parsed { hash: u64, result: Result<Vec<Doc>, Vec<ManifestError>> },
+    /// Given up: a newer read of the file started, or watching stopped.
+    Abandoned,
 }
 
 impl Shared {
@@ -545,14 +828,13 @@ impl Shared {
         }
     }
 
-    /// Re-reads the files under each root (a file or a directory) and
-    /// applies the differences to the store.
-    fn rescan(&self, roots: &[PathBuf]) {
-        let _one_at_a_time = self.scanning.lock();
+    /// Finds the files under each root (a file or a directory): the files
+    /// known there and those there now.
+    fn plan(&self, roots: Vec<PathBuf>) -> Plan {
         let known: Vec<PathBuf> = self.state.lock().files.keys().cloned().collect();
         let mut candidates = BTreeSet::new();
         let mut dir_errors = Vec::new();
-        for root in roots {
+        for root in &roots {
             candidates.extend(known.iter().filter(|f| f.starts_with(root)).cloned());
             match std::fs::symlink_metadata(root) {
                 Ok(m) if m.is_dir() => walk(root, &mut candidates, &mut dir_errors),
@@ -562,50 +844,114 @@ impl Shared {
                 _ => {}
             }
         }
-        // Read outside the state lock.
-        let reads: Vec<(PathBuf, io::Result<String>)> = candidates
+        let files = candidates
             .into_iter()
             .map(|p| {
-                let r = std::fs::read(&p)
-                    .and_then(|b| String::from_utf8(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)));
-                (p, r)
+                let size = std::fs::metadata(&p).map_or(0, |m| m.len());
+                (p, size)
             })
             .collect();
+        Plan { roots, dir_errors, files }
+    }
 
+    /// Re-reads the files under each root now, on this thread, and applies
+    /// the differences to the store.
+    fn rescan(&self, roots: Vec<PathBuf>) {
+        let plan = self.plan(roots);
+        let reads = plan
+            .files
+            .into_iter()
+            .map(|(path, _)| {
+                let number = self.begin_read(&path);
+                self.read_file(path, number, None)
+            })
+            .collect();
+        self.apply(&plan.roots, plan.dir_errors, reads);
+    }
+
+    /// Numbers a read of `path` that is about to start; from now on, no
+    /// earlier read of it is applied.
+    fn begin_read(&self, path: &Path) -> u64 {
+        let number = self.reads.fetch_add(1, Ordering::Relaxed) + 1;
+        self.latest_read.lock().insert(path.to_path_buf(), number);
+        number
+    }
+
+    fn is_latest_read(&self, path: &Path, number: u64) -> bool {
+        self.latest_read.lock().get(path) == Some(&number)
+    }
+
+    /// Reads and parses one file (blocking). Gives up at the next document
+    /// once a newer read of the file has started or `stop` is cancelled.
+    fn read_file(&self, path: PathBuf, number: u64, stop: Option<&CancellationToken>) -> FileRead {
+        #[cfg(test)]
+        tests::gate::before_read(&path);
+        let limit = self.limits.max_file_bytes;
+        let outcome = match read_at_most(&path, limit) {
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::IsADirectory) => Outcome::Gone,
+            Err(e) => Outcome::Failed(ManifestError::Read { path: path.clone(), source: Arc::new(e) }),
+            Ok(Err(size)) => Outcome::Failed(ManifestError::FileTooLarge { path: path.clone(), size, limit }),
+            Ok(Ok(bytes)) => match String::from_utf8(bytes) {
+                Err(e) => Outcome::Failed(utf8_error(&path, e.as_bytes(), e.utf8_error())),
+                Ok(text) => {
+                    let hash = hash_text(&text);
+                    if self.state.lock().files.get(&path).is_some_and(|f| f.hash == Some(hash)) {
+                        Outcome::Unchanged
+                    } else {
+                        let keep_going =
+                            || stop.is_none_or(|s| !s.is_cancelled()) && self.is_latest_read(&path, number);
+                        match parse_file(&path, &text, &self.filter, &self.limits, &keep_going) {
+                            Some(result) => Outcome::Parsed { hash, result },
+                            None => Outcome::Abandoned,
+                        }
+                    }
+                }
+            },
+        };
+        FileRead { path, number, outcome }
+    }
+
+    /// Applies finished reads, and a rescan's directory errors under its
+    /// roots, to the state and the store.
+    fn apply(&self, roots: &[PathBuf], dir_errors: Vec<(PathBuf, io::Error)>, reads: Vec<FileRead>) {
         let mut st = self.state.lock();
         st.dir_errors.retain(|d, _| !roots.iter().any(|r| d.starts_with(r)));
         for (dir, e) in dir_errors {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot read manifest directory");
             st.dir_errors.insert(dir.clone(), ManifestError::Read { path: dir, source: Arc::new(e) });
         }
-        for (path, read) in reads {
-            self.apply_read(&mut st, path, read);
+        for read in reads {
+            self.apply_read(&mut st, read);
         }
         self.reconcile(&mut st);
         drop(st);
         self.scans.fetch_add(1, Ordering::Release);
     }
 
-    fn apply_read(&self, st: &mut State, path: PathBuf, read: io::Result<String>) {
-        match read {
-            Err(e) if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::IsADirectory => {
+    fn apply_read(&self, st: &mut State, read: FileRead) {
+        let FileRead { path, number, outcome } = read;
+        {
+            let mut latest = self.latest_read.lock();
+            if latest.get(&path) != Some(&number) {
+                return; // a newer read of the file started: it decides
+            }
+            latest.remove(&path);
+        }
+        match outcome {
+            Outcome::Unchanged | Outcome::Abandoned => {}
+            Outcome::Gone => {
                 st.files.remove(&path);
             }
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "cannot read manifest");
-                let entry = st.files.entry(path.clone()).or_insert_with(FileState::empty);
+            Outcome::Failed(e) => {
+                tracing::warn!(error = %e, "cannot load manifest file; keeping its previous objects");
+                let entry = st.files.entry(path).or_insert_with(FileState::empty);
                 entry.hash = None;
-                entry.errors = vec![ManifestError::Read { path, source: Arc::new(e) }];
+                entry.errors = vec![e];
             }
-            Ok(text) => {
-                let hash = hash_text(&text);
-                if st.files.get(&path).is_some_and(|f| f.hash == Some(hash)) {
-                    return;
-                }
-                let parsed = parse_file(&path, &text, &self.filter);
+            Outcome::Parsed { hash, result } => {
                 let entry = st.files.entry(path).or_insert_with(FileState::empty);
                 entry.hash = Some(hash);
-                match parsed {
+                match result {
                     Ok(docs) => {
                         entry.docs = docs;
                         entry.errors.clear();
@@ -625,20 +971,35 @@ impl Shared {
     fn reconcile(&self, st: &mut State) {
         let mut desired: BTreeMap<&str, (&PathBuf, usize, &Arc<Value>)> = BTreeMap::new();
         let mut duplicates = Vec::new();
+        // Per file: duplicate definitions found (only the first
+        // MAX_ERRORS_PER_FILE are reported).
+        let mut per_file: BTreeMap<&PathBuf, usize> = BTreeMap::new();
         for (path, file) in &st.files {
             for doc in &file.docs {
                 match desired.get(doc.key.as_str()) {
                     None => {
                         desired.insert(&doc.key, (path, doc.line, &doc.value));
                     }
-                    Some((first_path, first_line, _)) => duplicates.push(ManifestError::Duplicate {
-                        key: doc.key.clone(),
-                        path: path.clone(),
-                        line: doc.line,
-                        first_path: (*first_path).clone(),
-                        first_line: *first_line,
-                    }),
+                    Some((first_path, first_line, _)) => {
+                        let found = per_file.entry(path).or_default();
+                        *found += 1;
+                        if *found <= MAX_ERRORS_PER_FILE {
+                            duplicates.push(ManifestError::Duplicate {
+                                key: doc.key.clone(),
+                                path: path.clone(),
+                                line: doc.line,
+                                first_path: (*first_path).clone(),
+                                first_line: *first_line,
+                            });
+                        }
+                    }
                 }
+            }
+        }
+        for (path, found) in per_file {
+            if found > MAX_ERRORS_PER_FILE {
+                let count = found - MAX_ERRORS_PER_FILE;
+                duplicates.push(ManifestError::More { path: path.clone(), count, what: "duplicate definitions" });
             }
         }
         // Deletes first, then creations and modifications, each in key order.
@@ -663,9 +1024,9 @@ impl Shared {
                 next.insert(key.to_string(), ((*path).clone(), Arc::clone(value)));
             }
         }
+        let known: HashSet<String> = st.duplicates.iter().map(ToString::to_string).collect();
         for d in &duplicates {
-            let known = st.duplicates.iter().any(|o| o.to_string() == d.to_string());
-            if !known {
+            if !known.contains(&d.to_string()) {
                 tracing::warn!(error = %d, "duplicate manifest");
             }
         }
@@ -684,6 +1045,39 @@ fn hash_text(text: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut h);
     h.finish()
+}
+
+/// Reads a file unless it is larger than `limit` bytes: then `Ok(Err(size))`
+/// and at most `limit + 1` bytes were read.
+fn read_at_most(path: &Path, limit: u64) -> io::Result<Result<Vec<u8>, u64>> {
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    if size > limit {
+        return Ok(Err(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    let mut file = file.take(limit.saturating_add(1));
+    file.read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        // It grew while being read.
+        let size = file.into_inner().metadata().map_or(0, |m| m.len());
+        return Ok(Err(size.max(bytes.len() as u64)));
+    }
+    Ok(Ok(bytes))
+}
+
+/// Text that is not UTF-8: the line and column (in characters) of the
+/// first bad byte, and its byte offset.
+fn utf8_error(path: &Path, bytes: &[u8], e: std::str::Utf8Error) -> ManifestError {
+    let offset = e.valid_up_to();
+    let valid = std::str::from_utf8(&bytes[..offset]).unwrap_or_default();
+    let line_start = valid.rfind('\n').map_or(0, |i| i + 1);
+    ManifestError::Syntax {
+        path: path.to_path_buf(),
+        line: valid.bytes().filter(|b| *b == b'\n').count() + 1,
+        column: valid[line_start..].chars().count() + 1,
+        message: format!("invalid UTF-8: byte {:#04x} at byte offset {offset}", bytes[offset]),
+    }
 }
 
 /// Collects manifest files under `dir`, skipping hidden entries and
@@ -720,20 +1114,82 @@ fn walk(dir: &Path, out: &mut BTreeSet<PathBuf>, errors: &mut Vec<(PathBuf, io::
 // ---------------------------------------------------------------------------
 // Parsing.
 
-/// Parses one file into its selected documents, or every error found.
-fn parse_file(path: &Path, text: &str, filter: &ManifestFilter) -> Result<Vec<Doc>, Vec<ManifestError>> {
+/// Parses one file into its selected documents, or its errors (the first
+/// [`MAX_ERRORS_PER_FILE`] and a count of the rest). One pass over the
+/// text: a document is checked against the limits, then parsed once. None
+/// when `keep_going` turned false between two documents.
+fn parse_file(
+    path: &Path,
+    text: &str,
+    filter: &ManifestFilter,
+    limits: &ManifestLimits,
+    keep_going: &dyn Fn() -> bool,
+) -> Option<Result<Vec<Doc>, Vec<ManifestError>>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let is_json = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let mut docs = Vec::new();
-    let mut errors = Vec::new();
-    let values = if is_json { json_documents(path, text) } else { yaml_documents(path, text) };
-    for v in values {
-        match v {
-            Ok((line, value)) => manifests_of(path, line, value, filter, &mut docs, &mut errors),
-            Err(e) => errors.push(e),
+    let mut sink = Sink { path, filter, limits, docs: Vec::new(), errors: Vec::new(), more: 0 };
+    let done =
+        if is_json { json_documents(text, &mut sink, keep_going) } else { yaml_documents(text, &mut sink, keep_going) };
+    done.then(|| sink.finish())
+}
+
+/// Where the documents of one file go.
+struct Sink<'a> {
+    path: &'a Path,
+    filter: &'a ManifestFilter,
+    limits: &'a ManifestLimits,
+    docs: Vec<Doc>,
+    errors: Vec<ManifestError>,
+    /// Errors beyond MAX_ERRORS_PER_FILE, counted.
+    more: usize,
+}
+
+impl Sink<'_> {
+    fn error(&mut self, e: ManifestError) {
+        if self.errors.len() < MAX_ERRORS_PER_FILE {
+            self.errors.push(e);
+        } else {
+            self.more += 1;
         }
     }
-    if errors.is_empty() { Ok(docs) } else { Err(errors) }
+
+    fn doc_error(&mut self, line: usize, message: String) {
+        self.error(ManifestError::Document { path: self.path.to_path_buf(), line, message });
+    }
+
+    /// A parsed document whose content starts at `line`.
+    fn document(&mut self, line: usize, value: Value) {
+        // Exact, for what the pass before parsing cannot see (a sequence
+        // at its key's indentation, a one-pair mapping in a flow sequence).
+        if too_deep(&value, self.limits.max_depth) {
+            let limit = self.limits.max_depth;
+            self.error(ManifestError::TooDeep { path: self.path.to_path_buf(), line, column: None, limit });
+            return;
+        }
+        manifests_of(self, line, value);
+    }
+
+    fn finish(mut self) -> Result<Vec<Doc>, Vec<ManifestError>> {
+        if self.more > 0 {
+            let (path, count) = (self.path.to_path_buf(), self.more);
+            self.errors.push(ManifestError::More { path, count, what: "errors" });
+        }
+        if self.errors.is_empty() { Ok(self.docs) } else { Err(self.errors) }
+    }
+}
+
+/// Whether arrays and objects nest deeper than `limit` in `value`.
+fn too_deep(value: &Value, limit: usize) -> bool {
+    let mut stack = vec![(value, 1)];
+    while let Some((value, depth)) = stack.pop() {
+        match value {
+            Value::Array(_) | Value::Object(_) if depth > limit => return true,
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, depth + 1))),
+            Value::Object(m) => stack.extend(m.values().map(|c| (c, depth + 1))),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Removes the " at line L column C" libyaml and serde_json add to messages.
@@ -741,38 +1197,127 @@ fn strip_location(message: String, line: usize, column: usize) -> String {
     message.replacen(&format!(" at line {line} column {column}"), "", 1)
 }
 
-/// The documents of a JSON file (one or more concatenated values), each
-/// with the line where it starts.
-fn json_documents(path: &Path, text: &str) -> Vec<Result<(usize, Value), ManifestError>> {
-    let mut out = Vec::new();
-    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
-    loop {
-        let offset = stream.byte_offset();
-        match stream.next() {
-            None => break,
-            Some(Ok(v)) => {
-                let rest = &text[offset..];
-                let start = offset + (rest.len() - rest.trim_start().len());
-                out.push(Ok((line_at(text, start), v)));
-            }
-            Some(Err(e)) => {
-                let message = strip_location(e.to_string(), e.line(), e.column());
-                out.push(Err(ManifestError::Syntax {
-                    path: path.to_path_buf(),
-                    line: e.line(),
-                    column: e.column(),
-                    message,
-                }));
-                break;
-            }
+/// Adds `shift` to every "at line N" of a message about a document parsed
+/// on its own, so that its lines are the file's.
+fn shift_lines(message: &str, shift: usize) -> String {
+    const AT: &str = " at line ";
+    let mut out = String::with_capacity(message.len() + 8);
+    let mut rest = message;
+    while let Some(i) = rest.find(AT) {
+        let (head, tail) = rest.split_at(i + AT.len());
+        out.push_str(head);
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        match tail[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + shift).to_string()),
+            Err(_) => out.push_str(&tail[..digits]),
         }
+        rest = &tail[digits..];
     }
+    out.push_str(rest);
     out
 }
 
-/// 1-based line of a byte offset.
-fn line_at(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset].iter().filter(|b| **b == b'\n').count() + 1
+/// Line numbers of increasing byte offsets, counted once.
+struct Lines<'a> {
+    text: &'a [u8],
+    offset: usize,
+    line: usize,
+}
+
+impl Lines<'_> {
+    /// The 1-based line of `offset`, which is not before the last one asked.
+    fn at(&mut self, offset: usize) -> usize {
+        self.line += self.text[self.offset..offset].iter().filter(|b| **b == b'\n').count();
+        self.offset = offset;
+        self.line
+    }
+}
+
+/// The documents of a JSON file (one or more concatenated values), each
+/// with the line where it starts. False when `keep_going` turned false.
+fn json_documents(text: &str, sink: &mut Sink<'_>, keep_going: &dyn Fn() -> bool) -> bool {
+    if let Err(e) = json_check(sink.path, text, sink.limits) {
+        sink.error(e);
+        return true;
+    }
+    let mut lines = Lines { text: text.as_bytes(), offset: 0, line: 1 };
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    loop {
+        if !keep_going() {
+            return false;
+        }
+        let offset = stream.byte_offset();
+        match stream.next() {
+            None => return true,
+            Some(Ok(v)) => {
+                let rest = &text[offset..];
+                let start = offset + (rest.len() - rest.trim_start().len());
+                sink.document(lines.at(start), v);
+            }
+            Some(Err(e)) => {
+                let message = strip_location(e.to_string(), e.line(), e.column());
+                let (path, line, column) = (sink.path.to_path_buf(), e.line(), e.column());
+                sink.error(ManifestError::Syntax { path, line, column, message });
+                return true;
+            }
+        }
+    }
+}
+
+/// One pass over JSON text before it is parsed: the first value nested
+/// deeper than the limit, or larger than the limit for one document.
+fn json_check(path: &Path, text: &str, limits: &ManifestLimits) -> Result<(), ManifestError> {
+    let (mut depth, mut in_string, mut escaped) = (0, false, false);
+    let (mut line, mut line_start) = (1, 0);
+    let (mut start, mut start_line) = (0, 1);
+    let too_large = |size: usize, line: usize| ManifestError::DocumentTooLarge {
+        path: path.to_path_buf(),
+        line,
+        size,
+        limit: limits.max_document_bytes,
+    };
+    for (i, &c) in text.as_bytes().iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match c {
+            b'"' => in_string = true,
+            b'\n' => (line, line_start) = (line + 1, i + 1),
+            b'[' | b'{' => {
+                if depth == 0 {
+                    (start, start_line) = (i, line);
+                }
+                depth += 1;
+                if depth > limits.max_depth {
+                    let column = Some(text[line_start..i].chars().count() + 1);
+                    return Err(ManifestError::TooDeep {
+                        path: path.to_path_buf(),
+                        line,
+                        column,
+                        limit: limits.max_depth,
+                    });
+                }
+            }
+            b']' | b'}' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 && i + 1 - start > limits.max_document_bytes {
+                    return Err(too_large(i + 1 - start, start_line));
+                }
+            }
+            _ => {}
+        }
+    }
+    if depth > 0 && text.len() - start > limits.max_document_bytes {
+        return Err(too_large(text.len() - start, start_line));
+    }
+    Ok(())
 }
 
 /// A line that is `---` or `...` followed by nothing or whitespace.
@@ -826,46 +1371,66 @@ fn first_content_line(chunk: &str, first_line: usize) -> Option<usize> {
     None
 }
 
-/// The documents of a YAML file, each with the line where it starts.
-fn yaml_documents(path: &Path, text: &str) -> Vec<Result<(usize, Value), ManifestError>> {
-    let mut out = Vec::new();
+/// The documents of a YAML file, each with the line where its content
+/// starts. Each is checked against the size and depth limits, then parsed
+/// on its own, once, and its errors moved to the file's lines. False when
+/// `keep_going` turned false.
+fn yaml_documents(text: &str, sink: &mut Sink<'_>, keep_going: &dyn Fn() -> bool) -> bool {
+    let limits = *sink.limits;
     for (first_line, range) in yaml_chunks(text) {
+        if !keep_going() {
+            return false;
+        }
         let chunk = &text[range];
         let Some(line) = first_content_line(chunk, first_line) else { continue };
-        let doc_error = |message: String| ManifestError::Document { path: path.to_path_buf(), line, message };
+        let path = sink.path.to_path_buf();
+        if chunk.len() > limits.max_document_bytes {
+            let (size, limit) = (chunk.len(), limits.max_document_bytes);
+            sink.error(ManifestError::DocumentTooLarge { path, line, size, limit });
+            continue;
+        }
+        if let Some((l, c)) = yaml_too_deep(chunk, limits.max_depth) {
+            let (line, column, limit) = (first_line + l + 1, Some(c + 1), limits.max_depth);
+            sink.error(ManifestError::TooDeep { path, line, column, limit });
+            continue;
+        }
         let mut yaml: serde_yaml::Value = match serde_yaml::from_str(chunk) {
             Ok(v) => v,
             Err(e) => {
-                // Parse again with the chunk at its place in the file, so
-                // every line in the message is the file's line (only on
-                // error: padding every chunk would be quadratic).
-                let padded = format!("{}{chunk}", "\n".repeat(first_line));
-                let (e, shift) = match serde_yaml::from_str::<serde_yaml::Value>(&padded) {
-                    Err(padded_err) => (padded_err, 0),
-                    Ok(_) => (e, first_line),
-                };
-                out.push(Err(match e.location() {
-                    Some(loc) => ManifestError::Syntax {
-                        path: path.to_path_buf(),
-                        line: loc.line() + shift,
-                        column: loc.column(),
-                        message: strip_location(e.to_string(), loc.line(), loc.column()),
-                    },
-                    None => doc_error(e.to_string()),
-                }));
+                sink.error(yaml_error(path, &e, first_line, line, limits.max_depth));
                 continue;
             }
         };
         if let Err(e) = yaml.apply_merge() {
-            out.push(Err(doc_error(format!("merge key (<<): {e}"))));
+            sink.doc_error(line, format!("merge key (<<): {e}"));
             continue;
         }
         match serde_json::to_value(&yaml) {
-            Ok(v) => out.push(Ok((line, v))),
-            Err(e) => out.push(Err(doc_error(format!("not representable as JSON: {e}")))),
+            Ok(v) => sink.document(line, v),
+            Err(e) => sink.doc_error(line, format!("not representable as JSON: {e}")),
         }
     }
-    out
+    true
+}
+
+/// An error of serde_yaml about a document parsed on its own, which starts
+/// on the file's line `shift` + 1 and whose content starts on `line`.
+fn yaml_error(path: PathBuf, e: &serde_yaml::Error, shift: usize, line: usize, limit: usize) -> ManifestError {
+    let message = e.to_string();
+    match e.location() {
+        // serde_yaml's own limit (128), past levels the check before
+        // parsing does not count.
+        Some(loc) if message.starts_with("recursion limit exceeded") => {
+            ManifestError::TooDeep { path, line: loc.line() + shift, column: Some(loc.column()), limit }
+        }
+        Some(loc) => ManifestError::Syntax {
+            path,
+            line: loc.line() + shift,
+            column: loc.column(),
+            message: shift_lines(&strip_location(message, loc.line(), loc.column()), shift),
+        },
+        None => ManifestError::Document { path, line, message },
+    }
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -880,20 +1445,12 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 /// Validates one document (expanding Lists) and keeps the selected ones.
-fn manifests_of(
-    path: &Path,
-    line: usize,
-    value: Value,
-    filter: &ManifestFilter,
-    docs: &mut Vec<Doc>,
-    errors: &mut Vec<ManifestError>,
-) {
-    let doc_error = |message: String| ManifestError::Document { path: path.to_path_buf(), line, message };
+fn manifests_of(sink: &mut Sink<'_>, line: usize, value: Value) {
     let mut obj = match value {
         Value::Null => return,
         Value::Object(m) => m,
         other => {
-            errors.push(doc_error(format!("a manifest must be a mapping, found {}", type_name(&other))));
+            sink.doc_error(line, format!("a manifest must be a mapping, found {}", type_name(&other)));
             return;
         }
     };
@@ -904,7 +1461,7 @@ fn manifests_of(
             Some(Value::Array(items)) => items,
             None | Some(Value::Null) => Vec::new(),
             Some(other) => {
-                errors.push(doc_error(format!("items of a {kind} must be a list, found {}", type_name(&other))));
+                sink.doc_error(line, format!("items of a {kind} must be a list, found {}", type_name(&other)));
                 return;
             }
         };
@@ -915,7 +1472,7 @@ fn manifests_of(
             let mut item = match item {
                 Value::Object(m) => m,
                 other => {
-                    errors.push(doc_error(format!("items[{i}] must be a mapping, found {}", type_name(&other))));
+                    sink.doc_error(line, format!("items[{i}] must be a mapping, found {}", type_name(&other)));
                     continue;
                 }
             };
@@ -926,15 +1483,15 @@ fn manifests_of(
                 }
             }
             match validate(&item) {
-                Ok(key) => select(key, line, Value::Object(item), filter, docs),
-                Err(m) => errors.push(doc_error(format!("items[{i}] of the {kind}: {m}"))),
+                Ok(key) => select(key, line, Value::Object(item), sink.filter, &mut sink.docs),
+                Err(m) => sink.doc_error(line, format!("items[{i}] of the {kind}: {m}")),
             }
         }
         return;
     }
     match validate(&obj) {
-        Ok(key) => select(key, line, Value::Object(obj), filter, docs),
-        Err(m) => errors.push(doc_error(m)),
+        Ok(key) => select(key, line, Value::Object(obj), sink.filter, &mut sink.docs),
+        Err(m) => sink.doc_error(line, m),
     }
 }
 
@@ -987,14 +1544,524 @@ fn validate(obj: &Map<String, Value>) -> Result<String, String> {
     })
 }
 
+// ---------------------------------------------------------------------------
+// The depth of YAML before it is parsed.
+
+/// Where a YAML document first nests deeper than `limit`, as a 0-based
+/// line and column (in characters) of `text`; None when it never does, or
+/// when libyaml would stop at a syntax error before.
+///
+/// libyaml, which serde_yaml runs, spends time on every token in proportion
+/// to the flow nesting around it, and serde_yaml counts levels only once
+/// libyaml has scanned the whole document: 100 000 levels of `[` (200 KB)
+/// cost tens of seconds before serde_yaml refuses them. This pass follows
+/// the structure of libyaml's scanner, linearly: its flow level and its
+/// stack of block indentation columns, skipping comments, scalars (plain,
+/// quoted, block), anchors, aliases and tags the way it does. Each flow
+/// level and each block indentation level is a mapping or sequence of its
+/// own, so in a document libyaml accepts their sum is never more than the
+/// real depth; the few collections that open no level of their own (a
+/// sequence at its key's indentation, a one-pair mapping inside a flow
+/// sequence) are counted exactly after parsing, where they cost nothing.
+fn yaml_too_deep(text: &str, limit: usize) -> Option<(usize, usize)> {
+    let mut scan = DepthScan {
+        b: text.as_bytes(),
+        i: 0,
+        line: 0,
+        col: 0,
+        index: 0,
+        limit,
+        flow: 0,
+        indent: -1,
+        indents: Vec::new(),
+        simple_key_allowed: true,
+        keys: vec![None],
+    };
+    match scan.run() {
+        Err(Stop::TooDeep(line, col)) => Some((line, col)),
+        Ok(()) | Err(Stop::SyntaxError) => None,
+    }
+}
+
+enum Stop {
+    /// The first level too many opens here (line, column).
+    TooDeep(usize, usize),
+    /// libyaml stops with an error here.
+    SyntaxError,
+}
+
+/// A possible simple key (a mapping key without `?`): libyaml's
+/// `yaml_simple_key_t`.
+#[derive(Clone, Copy)]
+struct SimpleKey {
+    line: usize,
+    index: usize,
+    col: usize,
+}
+
+/// The part of libyaml's scanner state that decides nesting.
+struct DepthScan<'a> {
+    b: &'a [u8],
+    /// Byte offset.
+    i: usize,
+    line: usize,
+    /// Column and index in characters, as libyaml counts them.
+    col: usize,
+    index: usize,
+    limit: usize,
+    flow: usize,
+    /// Column of the innermost block collection (-1: none).
+    indent: isize,
+    indents: Vec<isize>,
+    simple_key_allowed: bool,
+    /// The possible simple key of the block context, then of each flow level.
+    keys: Vec<Option<SimpleKey>>,
+}
+
+impl DepthScan<'_> {
+    fn byte(&self, i: usize) -> u8 {
+        self.b.get(i).copied().unwrap_or(0)
+    }
+    /// The end of the text (libyaml also ends at a NUL).
+    fn at_end(&self, i: usize) -> bool {
+        self.byte(i) == 0
+    }
+    /// Length of the line break at `i` (0 when none): LF, CR, CRLF, NEL, LS, PS.
+    fn break_len(&self, i: usize) -> usize {
+        match (self.byte(i), self.byte(i + 1), self.byte(i + 2)) {
+            (b'\r', b'\n', _) => 2,
+            (b'\r' | b'\n', _, _) => 1,
+            (0xC2, 0x85, _) => 2,
+            (0xE2, 0x80, 0xA8 | 0xA9) => 3,
+            _ => 0,
+        }
+    }
+    fn is_blank(&self, i: usize) -> bool {
+        matches!(self.byte(i), b' ' | b'\t')
+    }
+    fn is_breakz(&self, i: usize) -> bool {
+        self.break_len(i) > 0 || self.at_end(i)
+    }
+    fn is_blankz(&self, i: usize) -> bool {
+        self.is_blank(i) || self.is_breakz(i)
+    }
+    /// `---` or `...` at the start of a line, followed by a blank or a break.
+    fn document_marker(&self) -> bool {
+        self.col == 0
+            && self.b.get(self.i..).is_some_and(|rest| rest.starts_with(b"---") || rest.starts_with(b"..."))
+            && self.is_blankz(self.i + 3)
+    }
+
+    /// Skips one character.
+    fn skip(&mut self) {
+        if self.i >= self.b.len() {
+            return;
+        }
+        let width = match self.byte(self.i) {
+            0..0x80 => 1,
+            0x80..0xE0 => 2,
+            0xE0..0xF0 => 3,
+            _ => 4,
+        };
+        self.i += width;
+        self.col += 1;
+        self.index += 1;
+    }
+    /// Skips one line break.
+    fn skip_break(&mut self) {
+        self.i += self.break_len(self.i);
+        self.line += 1;
+        self.col = 0;
+        self.index += 1;
+    }
+
+    fn too_deep(&self) -> Result<(), Stop> {
+        if self.indents.len() + self.flow > self.limit {
+            return Err(Stop::TooDeep(self.line, self.col));
+        }
+        Ok(())
+    }
+    /// A block collection starts at `col` if it is right of the current one.
+    fn roll_indent(&mut self, col: usize) -> Result<(), Stop> {
+        if self.flow == 0 && self.indent < col as isize {
+            self.indents.push(self.indent);
+            self.indent = col as isize;
+            if self.indents.len() > self.limit {
+                // A key is on the line of its `:`.
+                return Err(Stop::TooDeep(self.line, col));
+            }
+        }
+        Ok(())
+    }
+    /// Block collections right of `col` end.
+    fn unroll_indent(&mut self, col: isize) {
+        while self.flow == 0 && self.indent > col {
+            self.indent = self.indents.pop().unwrap_or(-1);
+        }
+    }
+    fn save_simple_key(&mut self) {
+        if self.simple_key_allowed {
+            let key = SimpleKey { line: self.line, index: self.index, col: self.col };
+            *self.keys.last_mut().expect("one per level") = Some(key);
+        }
+    }
+    fn remove_simple_key(&mut self) {
+        *self.keys.last_mut().expect("one per level") = None;
+    }
+
+    fn run(&mut self) -> Result<(), Stop> {
+        loop {
+            self.skip_to_token();
+            if self.at_end(self.i) {
+                return Ok(());
+            }
+            self.unroll_indent(self.col as isize);
+            let c = self.byte(self.i);
+            let blankz_after = self.is_blankz(self.i + 1);
+            if self.col == 0 && c == b'%' {
+                // A directive: to the end of the line.
+                while !self.is_breakz(self.i) {
+                    self.skip();
+                }
+                continue;
+            }
+            if self.document_marker() {
+                self.unroll_indent(-1);
+                self.remove_simple_key();
+                self.simple_key_allowed = false;
+                (0..3).for_each(|_| self.skip());
+                continue;
+            }
+            match c {
+                b'[' | b'{' => {
+                    self.save_simple_key();
+                    self.flow += 1;
+                    self.keys.push(None);
+                    self.too_deep()?;
+                    self.simple_key_allowed = true;
+                    self.skip();
+                }
+                b']' | b'}' => {
+                    self.remove_simple_key();
+                    if self.flow > 0 {
+                        self.flow -= 1;
+                        self.keys.pop();
+                    }
+                    self.simple_key_allowed = false;
+                    self.skip();
+                }
+                b',' => {
+                    self.remove_simple_key();
+                    self.simple_key_allowed = true;
+                    self.skip();
+                }
+                b'-' if blankz_after => {
+                    if self.flow == 0 {
+                        if !self.simple_key_allowed {
+                            return Err(Stop::SyntaxError);
+                        }
+                        self.roll_indent(self.col)?;
+                    }
+                    self.remove_simple_key();
+                    self.simple_key_allowed = true;
+                    self.skip();
+                }
+                b'?' if self.flow > 0 || blankz_after => {
+                    if self.flow == 0 {
+                        if !self.simple_key_allowed {
+                            return Err(Stop::SyntaxError);
+                        }
+                        self.roll_indent(self.col)?;
+                    }
+                    self.remove_simple_key();
+                    self.simple_key_allowed = self.flow == 0;
+                    self.skip();
+                }
+                b':' if self.flow > 0 || blankz_after => {
+                    self.value()?;
+                    self.skip();
+                }
+                b'*' | b'&' => {
+                    self.save_simple_key();
+                    self.simple_key_allowed = false;
+                    self.skip();
+                    while self.byte(self.i).is_ascii_alphanumeric() || matches!(self.byte(self.i), b'_' | b'-') {
+                        self.skip();
+                    }
+                }
+                b'!' => {
+                    self.save_simple_key();
+                    self.simple_key_allowed = false;
+                    self.skip();
+                    // A tag ends at a blank, or in a flow collection at a `,`.
+                    while !self.is_blankz(self.i) && (self.flow == 0 || self.byte(self.i) != b',') {
+                        self.skip();
+                    }
+                }
+                b'|' | b'>' if self.flow == 0 => {
+                    self.remove_simple_key();
+                    self.simple_key_allowed = true;
+                    self.block_scalar()?;
+                }
+                b'\'' | b'"' => {
+                    self.save_simple_key();
+                    self.simple_key_allowed = false;
+                    self.quoted_scalar(c)?;
+                }
+                _ if self.plain_start(c, blankz_after) => {
+                    self.save_simple_key();
+                    self.simple_key_allowed = false;
+                    self.plain_scalar()?;
+                }
+                _ => return Err(Stop::SyntaxError),
+            }
+        }
+    }
+
+    /// Skips blanks, comments and line breaks before the next token.
+    fn skip_to_token(&mut self) {
+        loop {
+            if self.col == 0 && self.b.get(self.i..).is_some_and(|rest| rest.starts_with("\u{feff}".as_bytes())) {
+                self.skip();
+            }
+            while self.byte(self.i) == b' '
+                || ((self.flow > 0 || !self.simple_key_allowed) && self.byte(self.i) == b'\t')
+            {
+                self.skip();
+            }
+            if self.byte(self.i) == b'#' {
+                while !self.is_breakz(self.i) {
+                    self.skip();
+                }
+            }
+            if self.break_len(self.i) == 0 {
+                return;
+            }
+            self.skip_break();
+            if self.flow == 0 {
+                self.simple_key_allowed = true;
+            }
+        }
+    }
+
+    /// `:` after a key: the key (if still possible: on this line and at
+    /// most 1024 characters back) starts a block mapping at its column.
+    fn value(&mut self) -> Result<(), Stop> {
+        let key = self.keys.last().copied().flatten();
+        if let Some(key) = key.filter(|k| k.line == self.line && k.index + 1024 >= self.index) {
+            self.remove_simple_key();
+            self.roll_indent(key.col)?;
+            self.simple_key_allowed = false;
+        } else {
+            if self.flow == 0 {
+                if !self.simple_key_allowed {
+                    return Err(Stop::SyntaxError);
+                }
+                self.roll_indent(self.col)?;
+            }
+            self.simple_key_allowed = self.flow == 0;
+        }
+        Ok(())
+    }
+
+    /// Whether a plain scalar starts with `c` (libyaml's test).
+    fn plain_start(&self, c: u8, blankz_after: bool) -> bool {
+        let indicator = matches!(
+            c,
+            b'-' | b'?'
+                | b':'
+                | b','
+                | b'['
+                | b']'
+                | b'{'
+                | b'}'
+                | b'#'
+                | b'&'
+                | b'*'
+                | b'!'
+                | b'|'
+                | b'>'
+                | b'\''
+                | b'"'
+                | b'%'
+                | b'@'
+                | b'`'
+        );
+        !(self.is_blankz(self.i) || indicator)
+            || (c == b'-' && !self.is_blank(self.i + 1))
+            || (self.flow == 0 && matches!(c, b'?' | b':') && !blankz_after)
+    }
+
+    /// A plain scalar, over several lines while they are indented more than
+    /// the current block collection (any lines in a flow collection).
+    fn plain_scalar(&mut self) -> Result<(), Stop> {
+        let indent = self.indent + 1;
+        let mut leading_blanks = false;
+        loop {
+            if self.document_marker() || self.byte(self.i) == b'#' {
+                break;
+            }
+            while !self.is_blankz(self.i) {
+                let c = self.byte(self.i);
+                let next = self.byte(self.i + 1);
+                if self.flow > 0 && c == b':' && matches!(next, b',' | b'?' | b'[' | b']' | b'{' | b'}') {
+                    return Err(Stop::SyntaxError);
+                }
+                if (c == b':' && self.is_blankz(self.i + 1))
+                    || (self.flow > 0 && matches!(c, b',' | b'[' | b']' | b'{' | b'}'))
+                {
+                    break;
+                }
+                leading_blanks = false;
+                self.skip();
+            }
+            if !self.is_blank(self.i) && self.break_len(self.i) == 0 {
+                break;
+            }
+            while self.is_blank(self.i) || self.break_len(self.i) > 0 {
+                if self.is_blank(self.i) {
+                    if leading_blanks && (self.col as isize) < indent && self.byte(self.i) == b'\t' {
+                        return Err(Stop::SyntaxError);
+                    }
+                    self.skip();
+                } else {
+                    self.skip_break();
+                    leading_blanks = true;
+                }
+            }
+            if self.flow == 0 && (self.col as isize) < indent {
+                break;
+            }
+        }
+        if leading_blanks {
+            self.simple_key_allowed = true;
+        }
+        Ok(())
+    }
+
+    /// A single- or double-quoted scalar, over any number of lines.
+    fn quoted_scalar(&mut self, quote: u8) -> Result<(), Stop> {
+        self.skip();
+        loop {
+            if self.at_end(self.i) || self.document_marker() {
+                return Err(Stop::SyntaxError);
+            }
+            let c = self.byte(self.i);
+            if c == quote && quote == b'\'' && self.byte(self.i + 1) == b'\'' {
+                self.skip();
+                self.skip();
+            } else if c == quote {
+                self.skip();
+                return Ok(());
+            } else if quote == b'"' && c == b'\\' {
+                self.skip();
+                if self.break_len(self.i) > 0 {
+                    self.skip_break();
+                } else if !self.at_end(self.i) {
+                    self.skip();
+                }
+            } else if self.break_len(self.i) > 0 {
+                self.skip_break();
+            } else {
+                self.skip();
+            }
+        }
+    }
+
+    /// A literal (`|`) or folded (`>`) scalar: its header, then every line
+    /// indented as much as its first (or its indentation indicator says).
+    fn block_scalar(&mut self) -> Result<(), Stop> {
+        self.skip();
+        // Chomping (`+`, `-`) and indentation (1-9) indicators, in either order.
+        let mut increment = 0;
+        let c = self.byte(self.i);
+        if matches!(c, b'+' | b'-') {
+            self.skip();
+            match self.byte(self.i) {
+                b'0' => return Err(Stop::SyntaxError),
+                d @ b'1'..=b'9' => {
+                    increment = isize::from(d - b'0');
+                    self.skip();
+                }
+                _ => {}
+            }
+        } else if c == b'0' {
+            return Err(Stop::SyntaxError);
+        } else if c.is_ascii_digit() {
+            increment = isize::from(c - b'0');
+            self.skip();
+            if matches!(self.byte(self.i), b'+' | b'-') {
+                self.skip();
+            }
+        }
+        while self.is_blank(self.i) {
+            self.skip();
+        }
+        if self.byte(self.i) == b'#' {
+            while !self.is_breakz(self.i) {
+                self.skip();
+            }
+        }
+        if !self.is_breakz(self.i) {
+            return Err(Stop::SyntaxError);
+        }
+        if self.break_len(self.i) > 0 {
+            self.skip_break();
+        }
+        let mut indent = match increment {
+            0 => 0,
+            n if self.indent >= 0 => self.indent + n,
+            n => n,
+        };
+        self.block_scalar_breaks(&mut indent)?;
+        while self.col as isize == indent && !self.at_end(self.i) {
+            while !self.is_breakz(self.i) {
+                self.skip();
+            }
+            if self.break_len(self.i) > 0 {
+                self.skip_break();
+            }
+            self.block_scalar_breaks(&mut indent)?;
+        }
+        Ok(())
+    }
+
+    /// Empty lines and indentation in a block scalar; without an indicator,
+    /// the first line with content sets the indentation.
+    fn block_scalar_breaks(&mut self, indent: &mut isize) -> Result<(), Stop> {
+        let mut max_indent = 0;
+        loop {
+            while (*indent == 0 || (self.col as isize) < *indent) && self.byte(self.i) == b' ' {
+                self.skip();
+            }
+            max_indent = max_indent.max(self.col as isize);
+            if (*indent == 0 || (self.col as isize) < *indent) && self.byte(self.i) == b'\t' {
+                return Err(Stop::SyntaxError);
+            }
+            if self.break_len(self.i) == 0 {
+                break;
+            }
+            self.skip_break();
+        }
+        if *indent == 0 {
+            *indent = max_indent.max(self.indent + 1).max(1);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(name: &str, text: &str) -> Result<Vec<(String, usize)>, Vec<String>> {
-        parse_file(Path::new(name), text, &ManifestFilter::default())
+        parse_limited(name, text, ManifestLimits::default())
             .map(|docs| docs.into_iter().map(|d| (d.key, d.line)).collect())
             .map_err(|errs| errs.into_iter().map(|e| e.to_string()).collect())
+    }
+
+    fn parse_limited(name: &str, text: &str, limits: ManifestLimits) -> Result<Vec<Doc>, Vec<ManifestError>> {
+        parse_file(Path::new(name), text, &ManifestFilter::default(), &limits, &|| true).expect("not abandoned")
     }
 
     const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: ns\n";
@@ -1078,7 +2145,7 @@ mod tests {
     #[test]
     fn lists_expand_and_typed_lists_fill_kind() {
         let text = "apiVersion: v1\nkind: ConfigMapList\nitems:\n- metadata: {name: a, namespace: n}\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: b}\n";
-        let docs = parse_file(Path::new("l.yaml"), text, &ManifestFilter::default()).unwrap();
+        let docs = parse_limited("l.yaml", text, ManifestLimits::default()).unwrap();
         assert_eq!(docs.iter().map(|d| d.key.as_str()).collect::<Vec<_>>(), ["n/a", "b"]);
         assert_eq!(docs[0].value["kind"], "ConfigMap");
         assert_eq!(docs[0].value["apiVersion"], "v1");
@@ -1092,7 +2159,7 @@ mod tests {
     #[test]
     fn merge_keys_and_anchors() {
         let text = "apiVersion: v1\nkind: A\nmetadata:\n  name: a\n  labels: &l {x: y}\ndata:\n  <<: *l\n  z: w\n";
-        let docs = parse_file(Path::new("m.yaml"), text, &ManifestFilter::default()).unwrap();
+        let docs = parse_limited("m.yaml", text, ManifestLimits::default()).unwrap();
         assert_eq!(docs[0].value["data"], serde_json::json!({"x": "y", "z": "w"}));
     }
 
@@ -1120,6 +2187,276 @@ mod tests {
         assert!(ManifestFilter::default().matches(&v("v9", "X", None, "q")));
         assert_eq!(ManifestFilter::default().to_string(), "everything");
         assert_eq!(f.to_string(), "apiVersion=v1 kind=ConfigMap namespace=ns labels=app in (a,b)");
+    }
+
+    /// Test-only: holds the reads of chosen files in flight, as a slow
+    /// parse would, until the test releases them.
+    pub(super) mod gate {
+        use std::collections::BTreeMap;
+        use std::path::{Path, PathBuf};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        use parking_lot::{Condvar, Mutex};
+
+        static GATES: Mutex<BTreeMap<PathBuf, Arc<Gate>>> = Mutex::new(BTreeMap::new());
+
+        #[derive(Default)]
+        pub struct Gate {
+            entered: AtomicBool,
+            open: Mutex<bool>,
+            opened: Condvar,
+        }
+
+        /// Releases the gate when dropped, so a failing test never leaves
+        /// a blocking thread behind.
+        pub struct Hold(PathBuf, Arc<Gate>);
+
+        impl Hold {
+            pub fn entered(&self) -> bool {
+                self.1.entered.load(Ordering::SeqCst)
+            }
+            pub fn release(&self) {
+                GATES.lock().remove(&self.0);
+                *self.1.open.lock() = true;
+                self.1.opened.notify_all();
+            }
+        }
+
+        impl Drop for Hold {
+            fn drop(&mut self) {
+                self.release();
+            }
+        }
+
+        /// Every read of `path` from now on blocks until the hold is released.
+        pub fn hold(path: &Path) -> Hold {
+            let gate = Arc::new(Gate::default());
+            GATES.lock().insert(path.to_path_buf(), gate.clone());
+            Hold(path.to_path_buf(), gate)
+        }
+
+        /// Called by the source before it reads a file.
+        pub fn before_read(path: &Path) {
+            let Some(gate) = GATES.lock().get(path).cloned() else { return };
+            gate.entered.store(true, Ordering::SeqCst);
+            let mut open = gate.open.lock();
+            while !*open {
+                gate.opened.wait(&mut open);
+            }
+        }
+    }
+
+    async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+        // The integration tests' bound: filesystem events need real time.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out after 10s waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A file whose read and parse is still running (held by a gate, as a
+    /// slow parse would be) does not hold up another file's update: the
+    /// other file's change is applied while the first is in flight, and the
+    /// first is applied once it finishes. The held file is large (300 KB),
+    /// as a slow one would be.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_file_in_flight_does_not_hold_up_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let cm = |name: &str, value: &str| {
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{value: {value}}}\n")
+        };
+        let big = |value: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: slow}}\ndata:\n  value: {value}\n  padding: {}\n",
+                "p".repeat(300_000)
+            )
+        };
+        std::fs::write(dir.path().join("a.yaml"), cm("a", "one")).unwrap();
+        std::fs::write(dir.path().join("slow.yaml"), big("one")).unwrap();
+        let src = ManifestsSource::open(dir.path(), ManifestFilter::default()).unwrap();
+        let value = |key: &str| {
+            src.get(key).and_then(|o| o.pointer_value("/data/value")).and_then(|v| v.as_str().map(String::from))
+        };
+        assert_eq!((value("a").as_deref(), value("slow").as_deref()), (Some("one"), Some("one")), "{:?}", src.errors());
+        // The watch task's first full rescan is done before the gate goes up.
+        eventually("the watch task's first rescan", || src.scan_count() >= 2).await;
+
+        let slow = src.dir().join("slow.yaml");
+        let held = gate::hold(&slow);
+        std::fs::write(&slow, big("two")).unwrap();
+        eventually("the read of slow.yaml to start", || held.entered()).await;
+        std::fs::write(src.dir().join("a.yaml"), cm("a", "two")).unwrap();
+        eventually("a's update while slow.yaml is in flight", || value("a").as_deref() == Some("two")).await;
+        assert_eq!(value("slow").as_deref(), Some("one"), "slow.yaml is still being read");
+
+        held.release();
+        eventually("slow.yaml's update once released", || value("slow").as_deref() == Some("two")).await;
+        assert!(src.errors().is_empty(), "{:?}", src.errors());
+    }
+
+    /// Depth of a YAML document as serde_yaml loads it, keys included.
+    fn serde_depth(text: &str) -> usize {
+        fn depth(v: &serde_yaml::Value) -> usize {
+            match v {
+                serde_yaml::Value::Sequence(s) => 1 + s.iter().map(depth).max().unwrap_or(0),
+                serde_yaml::Value::Mapping(m) => 1 + m.iter().map(|(k, v)| depth(k).max(depth(v))).max().unwrap_or(0),
+                serde_yaml::Value::Tagged(t) => depth(&t.value),
+                _ => 0,
+            }
+        }
+        depth(&serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}")))
+    }
+
+    /// The pass before parsing never counts more levels than a document
+    /// has (no valid document is refused), and counts every level where
+    /// flow collections and block indentation nest, whatever is skipped in
+    /// between: comments, quoted, plain and block scalars full of brackets.
+    #[test]
+    fn depth_check_counts_levels_as_libyaml_nests_them() {
+        // (text, whether every level opens a flow or indentation level)
+        let cases: &[(&str, bool)] = &[
+            ("a:\n  b:\n    c: [1, {d: [x]}]\n", true),
+            ("data:\n  script: |\n    [[[[[[ {{{{\n     [[[[\n\n    ]]\n  other: [x]\n", true),
+            ("data:\n  f: >-2\n      [[[[[[\n  g: {h: 1}\n", true),
+            ("a: \"[[[\n  {{{ \\\" [[\"\nb: '[[[[ '' [[['\nc: [x]\n", true),
+            ("a: some text [\n  [[ more {{\nb: [x]\n", true),
+            ("# [[[[\na: 1 # {{{{\nb: [[1]] # [[[[\n", true),
+            ("- - - - x\n", true),
+            ("{a: [b], c: {d: e}}\n", true),
+            ("a: &x !!seq [1, [2]]\n", true),
+            ("a: [\n  [\n    1\n  ]\n]\n", true),
+            ("a:\r\n  b: [x]\r\n", true),
+            ("k: 'it''s [ok'\nl: \"[\" # ]\nm: a[0]\nn: [a(0), b]\n", true),
+            ("%YAML 1.1\n---\na: [b, [c]]\n...\n", true),
+            ("? [a]\n: [b, [c]]\n", true),
+            // Levels that open no level of their own: fewer counted.
+            ("a:\n- - x\n", false),
+            ("[a, b]: c\n", false),
+            ("[a: [b]]\n", false),
+        ];
+        for (text, exact) in cases {
+            let depth = serde_depth(text);
+            assert_eq!(yaml_too_deep(text, depth), None, "refused at its own depth {depth}: {text:?}");
+            if *exact {
+                assert!(yaml_too_deep(text, depth - 1).is_some(), "depth {depth} not counted: {text:?}");
+            }
+        }
+        // Where the first level too many opens.
+        assert_eq!(yaml_too_deep(&"[".repeat(200), 128), Some((0, 128)));
+        assert_eq!(yaml_too_deep(&format!("a: {}", "{b: ".repeat(200)), 128), Some((0, 3 + 4 * 127)));
+        assert_eq!(yaml_too_deep(&format!("{}x\n", "- ".repeat(200)), 128), Some((0, 256)));
+        let indented: String = (0..200).map(|i| format!("{}k:\n", "  ".repeat(i))).collect();
+        assert_eq!(yaml_too_deep(&indented, 128), Some((128, 256)));
+        // After a syntax error libyaml stops, and so does the check.
+        assert_eq!(yaml_too_deep(&format!("a: b: {}", "[".repeat(200)), 128), None);
+    }
+
+    #[test]
+    fn too_deep_documents_name_the_line_column_and_limit() {
+        let deep = format!("{CM}---\n# deep\nitems: {}\n", "[".repeat(200));
+        let errs = parse("d.yaml", &deep).unwrap_err();
+        assert_eq!(errs, vec!["d.yaml:8:135: nested deeper than 128 levels"]);
+        // A lower limit; a sequence at its key's indentation is counted
+        // after parsing, at the document's line.
+        let limits = ManifestLimits { max_depth: 2, ..ManifestLimits::default() };
+        let errs = parse_limited("d.yaml", "a: [[x]]\n", limits).unwrap_err();
+        assert_eq!(errs[0].to_string(), "d.yaml:1:5: nested deeper than 2 levels");
+        let errs = parse_limited("d.yaml", "# c\na:\n- - x\n", limits).unwrap_err();
+        assert_eq!(errs[0].to_string(), "d.yaml:2: nested deeper than 2 levels");
+        // JSON: checked in the same pass as document sizes.
+        let errs = parse_limited("d.json", "{\"a\": 1}\n{\"b\":\n [[1]]}", limits).unwrap_err();
+        assert_eq!(errs[0].to_string(), "d.json:3:3: nested deeper than 2 levels");
+        assert_eq!(
+            parse("d.json", &format!("{}{}", "[".repeat(129), "]".repeat(129))).unwrap_err(),
+            vec!["d.json:1:129: nested deeper than 128 levels"]
+        );
+    }
+
+    #[test]
+    fn documents_over_the_size_limit_are_not_parsed() {
+        let limits = ManifestLimits { max_document_bytes: 100, ..ManifestLimits::default() };
+        let big = format!("{CM}data: {{v: {}}}\n", "x".repeat(100));
+        let errs = parse_limited("s.yaml", &format!("{CM}---\n{big}"), limits).unwrap_err();
+        let size = big.len() + 4; // with its `---` line
+        assert_eq!(
+            errs[0].to_string(),
+            format!("s.yaml:7: the document is {size} bytes, over the limit of 100 bytes per document")
+        );
+        let json = format!("{{\"a\": 1}}\n\n{{\"b\": \"{}\"}}", "y".repeat(100));
+        let errs = parse_limited("s.json", &json, limits).unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "s.json:3: the document is 109 bytes, over the limit of 100 bytes per document"
+        );
+    }
+
+    #[test]
+    fn a_file_keeps_ten_errors_and_counts_the_rest() {
+        let text: String =
+            (0..25).map(|i| format!("apiVersion: v1\nkind: A\nmetadata: {{name: [n{i}\n---\n")).collect();
+        let errs = parse("e.yaml", &text).unwrap_err();
+        assert_eq!(errs.len(), 11);
+        assert!(errs[9].starts_with("e.yaml:40:1: "), "{}", errs[9]);
+        assert_eq!(errs[10], "e.yaml: and 15 more errors");
+    }
+
+    #[test]
+    fn duplicates_are_reported_ten_per_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), CM).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), vec![CM; 14].join("---\n")).unwrap();
+        let src = ManifestsSource::open(dir.path(), ManifestFilter::default()).unwrap();
+        let errors: Vec<String> = src.errors().iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 11, "{errors:?}");
+        assert!(errors[0].contains("b.yaml:1: ns/a is already defined in "), "{}", errors[0]);
+        assert!(errors[10].ends_with("b.yaml: and 4 more duplicate definitions"), "{}", errors[10]);
+    }
+
+    #[test]
+    fn syntax_errors_of_later_documents_shift_every_line_in_the_message() {
+        assert_eq!(
+            shift_lines("x at line 2 column 9, y at line 3 column 1", 10),
+            "x at line 12 column 9, y at line 13 column 1"
+        );
+        assert_eq!(shift_lines("no location", 10), "no location");
+    }
+
+    /// Reads of one file apply in the order they started, whatever order
+    /// they finish in.
+    #[test]
+    fn an_older_read_never_overwrites_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let cm =
+            |value: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a}}\ndata: {{value: {value}}}\n");
+        std::fs::write(dir.path().join("a.yaml"), cm("one")).unwrap();
+        let src = ManifestsSource::open(dir.path(), ManifestFilter::default()).unwrap();
+        let shared = &src.inner.shared;
+        let path = src.dir().join("a.yaml");
+        let value =
+            || src.get("a").and_then(|o| o.pointer_value("/data/value")).and_then(|v| v.as_str().map(String::from));
+
+        std::fs::write(&path, cm("two")).unwrap();
+        let first = shared.begin_read(&path);
+        let older = shared.read_file(path.clone(), first, None);
+        std::fs::write(&path, cm("three")).unwrap();
+        let second = shared.begin_read(&path);
+        let newer = shared.read_file(path.clone(), second, None);
+        shared.apply(&[], Vec::new(), vec![newer]);
+        shared.apply(&[], Vec::new(), vec![older]);
+        assert_eq!(value().as_deref(), Some("three"));
+        // The other order: the older one is dropped as soon as the newer starts.
+        std::fs::write(&path, cm("four")).unwrap();
+        let first = shared.begin_read(&path);
+        let older = shared.read_file(path.clone(), first, None);
+        let second = shared.begin_read(&path);
+        let newer = shared.read_file(path.clone(), second, None);
+        shared.apply(&[], Vec::new(), vec![older]);
+        assert_eq!(value().as_deref(), Some("three"));
+        shared.apply(&[], Vec::new(), vec![newer]);
+        assert_eq!(value().as_deref(), Some("four"));
+        assert!(shared.latest_read.lock().is_empty());
     }
 
     #[test]

@@ -541,3 +541,151 @@ fn without_a_runtime_it_loads_and_rescans_by_hand() {
     assert_eq!(src.resource_version(), rv + 1, "one document changed");
     assert_eq!(data(&src.get("ns1/a").unwrap()).as_deref(), Some("two"));
 }
+
+// ---------------------------------------------------------------------------
+// Hostile and broken files (hardening finding 6). These use only the public
+// API (`errors()`, `path()`, `line()`, the message), so they also run
+// against a source without limits and show what it did.
+
+/// 100 000 nested flow sequences (200 KB) and 100 000 nested block
+/// sequences (200 KB): both are rejected at once, naming the file and the
+/// limit, and an unrelated file's update in the same directory still
+/// arrives. "At once" is only bounded by [`wait_for`]'s documented 10 s: an
+/// unbounded parse of the flow file alone takes ~40 s (release build).
+#[tokio::test]
+async fn a_deeply_nested_file_is_rejected_naming_the_limit_and_others_keep_updating() {
+    let mut h =
+        Harness::start(&[("a.yaml", MULTI), ("b.yaml", &config_map("ns2", "b", "bee"))], Default::default()).await;
+    let from = h.count();
+    let flow = h.write("deep-flow.yaml", &format!("a: {}{}\n", "[".repeat(100_000), "]".repeat(100_000)));
+    let block = h.write("deep-block.yaml", &format!("{}x\n", "- ".repeat(100_000)));
+    h.write("b.yaml", &config_map("ns2", "b", "bee2"));
+
+    let seen = h.wait_seen(from, 1, "the update of ns2/b").await;
+    assert!(
+        matches!(&seen[0], Seen::Update { key, new, .. } if key == "ns2/b" && data(new).as_deref() == Some("bee2")),
+        "{seen:?}"
+    );
+    wait_for("errors for both deep files", || {
+        let errors = h.errors();
+        errors.iter().any(|e| e.path() == flow) && errors.iter().any(|e| e.path() == block)
+    })
+    .await;
+    let errors = h.errors();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    for (e, path) in errors.iter().zip([&block, &flow]) {
+        assert_eq!(e.path(), path, "{errors:?}");
+        assert_eq!(e.line(), Some(1), "{e}");
+        let shown = e.to_string();
+        assert!(shown.starts_with(&format!("{}:1:", path.display())), "{shown}");
+        assert!(shown.contains("nested deeper than 128 levels"), "names the limit: {shown}");
+    }
+    // Nothing else changed.
+    let seen = h.barrier(from + 1).await;
+    assert!(seen.is_empty(), "{seen:?}");
+}
+
+/// `n` broken documents (40 000 make 2.5 MB).
+fn many_broken_documents(n: usize) -> String {
+    (0..n).map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: [cm-{i}\n---\n")).collect()
+}
+
+/// A file with 40 000 broken documents is rejected with its first ten
+/// errors, each at its own line, and one "and N more".
+#[tokio::test]
+async fn forty_thousand_broken_documents_give_a_bounded_error_list() {
+    let mut h = Harness::start(&[("a.yaml", MULTI)], Default::default()).await;
+    let from = h.count();
+    let bad = h.write("broken.yaml", &many_broken_documents(40_000));
+    wait_for("errors for broken.yaml", || h.errors().iter().any(|e| e.path() == bad)).await;
+    let errors = h.errors();
+    assert_eq!(errors.len(), 11, "ten errors and a summary: {} errors, first {:?}", errors.len(), errors.first());
+    for (i, e) in errors[..10].iter().enumerate() {
+        // Document i starts on line 4i + 1; its flow sequence never
+        // closes, and libyaml reports it at the next `---` line, 4i + 4.
+        assert_eq!(e.line(), Some(4 * i + 4), "{e}");
+        assert!(e.to_string().starts_with(&format!("{}:{}:", bad.display(), 4 * i + 4)), "{e}");
+    }
+    assert_eq!(errors[10].path(), bad);
+    assert_eq!(errors[10].to_string(), format!("{}: and 39990 more errors", bad.display()));
+    let seen = h.barrier(from).await;
+    assert!(seen.is_empty(), "{seen:?}");
+}
+
+/// Over-size files and documents are rejected naming the limit: a 9 MiB
+/// file (limit 8 MiB) and a file whose second document is 3.5 MiB (limit
+/// 3 MiB per document).
+#[tokio::test]
+async fn over_size_files_and_documents_are_rejected_naming_the_limit() {
+    let mut h = Harness::start(&[("a.yaml", MULTI)], Default::default()).await;
+    let from = h.count();
+    let big_file = h.write("big-file.yaml", &config_map("ns", "big", &"x".repeat(9 << 20)));
+    let big_doc = h.write(
+        "big-doc.yaml",
+        &format!("{}---\n{}", config_map("ns", "small", "s"), config_map("ns", "big-doc", &"y".repeat(7 << 19))),
+    );
+    wait_for("errors for both files", || {
+        let errors = h.errors();
+        errors.iter().any(|e| e.path() == big_file) && errors.iter().any(|e| e.path() == big_doc)
+    })
+    .await;
+    let errors = h.errors();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    let shown: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(errors[0].path(), big_doc);
+    assert_eq!(errors[0].line(), Some(9), "the second document's content starts on line 9");
+    assert!(shown[0].contains("over the limit of 3145728 bytes per document"), "{}", shown[0]);
+    assert_eq!(errors[1].path(), big_file);
+    assert_eq!(errors[1].line(), None);
+    assert!(shown[1].contains("over the limit of 8388608 bytes per file"), "{}", shown[1]);
+    // Neither file contributes anything, not even big-doc.yaml's small document.
+    let seen = h.barrier(from).await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert!(h.cached("ns/small").is_none());
+}
+
+/// Invalid UTF-8 is reported at its line and column, not only its offset.
+#[test]
+fn invalid_utf8_names_the_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = config_map("ns", "a", "ok").into_bytes();
+    // "data:\n  value: \"ok\"\n" ends the text; break the value on the
+    // last line (line 7): `  value: "é` followed by a lone continuation byte.
+    bytes.truncate(bytes.len() - 4);
+    bytes.extend_from_slice("é\u{20}".as_bytes());
+    bytes.push(0x80);
+    bytes.extend_from_slice(b"\"\n");
+    let path = write(dir.path(), "bad.yaml", "");
+    std::fs::write(&path, &bytes).unwrap();
+    let src = ManifestsSource::open(dir.path(), ManifestFilter::default()).unwrap();
+    let errors = src.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let canonical = src.dir().join("bad.yaml");
+    assert_eq!(errors[0].path(), canonical);
+    assert_eq!(errors[0].line(), Some(7), "{}", errors[0]);
+    // Column 13: `  value: "` is 10 characters, then `é` and a space.
+    assert_eq!(
+        errors[0].to_string(),
+        format!("{}:7:13: invalid UTF-8: byte 0x80 at byte offset 86", canonical.display())
+    );
+}
+
+/// Not a test: prints how long the source takes to load the two hostile
+/// files of the tests above, to compare builds. Run with
+/// `cargo test --release -p informer-host --test manifests_source -- --ignored --nocapture hostile_file_timings`.
+#[test]
+#[ignore]
+fn hostile_file_timings() {
+    let cases = [
+        ("100 000 nested flow sequences", format!("a: {}{}\n", "[".repeat(100_000), "]".repeat(100_000))),
+        ("40 000 broken documents", many_broken_documents(40_000)),
+    ];
+    for (what, text) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "x.yaml", &text);
+        let start = std::time::Instant::now();
+        let src = ManifestsSource::open(dir.path(), ManifestFilter::default()).unwrap();
+        let took = start.elapsed();
+        println!("{what} ({} bytes): {took:.2?}, {} error(s) kept", text.len(), src.errors().len());
+    }
+}

@@ -141,7 +141,9 @@ impl From<RegistryError> for ApiError {
             RegistryError::UnknownPlugin(_) | RegistryError::UnknownInformer(_) | RegistryError::UnknownTenant(_) => {
                 StatusCode::NOT_FOUND
             }
-            RegistryError::AlreadyLoaded(_) | RegistryError::TenantFull { .. } => StatusCode::CONFLICT,
+            RegistryError::AlreadyLoaded(_) | RegistryError::TenantFull { .. } | RegistryError::Superseded(_) => {
+                StatusCode::CONFLICT
+            }
             RegistryError::Plugin(PluginError::Engine(_)) | RegistryError::Informer(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

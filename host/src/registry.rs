@@ -98,6 +98,11 @@ pub enum RegistryError {
     Plugin(#[from] PluginError),
     #[error("informer refused the handler: {0}")]
     Informer(String),
+    #[error(
+        "plugin {0:?} was unloaded or loaded again while the new version was prepared; \
+         nothing was swapped, try again"
+    )]
+    Superseded(String),
     #[error(transparent)]
     InvalidName(#[from] crate::names::InvalidName),
 }
@@ -113,7 +118,10 @@ pub enum WasmSource {
     File(PathBuf),
     Bytes(Vec<u8>),
     /// A component the caller already read from `file` (which only names it).
-    Read { file: PathBuf, bytes: Vec<u8> },
+    Read {
+        file: PathBuf,
+        bytes: Vec<u8>,
+    },
 }
 
 /// What the admin API and `/readyz` report of a plugin.
@@ -140,6 +148,9 @@ pub struct PluginStatus {
 }
 
 struct Entry {
+    /// Which load of the plugin this is: a swap prepared for one load
+    /// never lands in another (whose tenant, view or limits may differ).
+    generation: u64,
     def: PluginDef,
     loaded: Arc<LoadedPlugin>,
     registration: Registration,
@@ -155,6 +166,7 @@ pub struct PluginRegistry {
     informers: Arc<RwLock<HashMap<String, SharedIndexInformer>>>,
     tenants: Arc<RwLock<HashMap<String, TenantPolicy>>>,
     plugins: Arc<Mutex<BTreeMap<String, Entry>>>,
+    generations: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PluginRegistry {
@@ -164,6 +176,7 @@ impl PluginRegistry {
             informers: Default::default(),
             tenants: Default::default(),
             plugins: Default::default(),
+            generations: Default::default(),
         }
     }
 
@@ -250,19 +263,26 @@ impl PluginRegistry {
             informer.remove_event_handler(&registration)?;
             return Err(RegistryError::AlreadyLoaded(name));
         }
-        plugins.insert(name.clone(), Entry { def, loaded, registration, slot, swaps: 0, last_error: None });
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let entry = Entry { generation, def, loaded, registration, slot, swaps: 0, last_error: None };
+        plugins.insert(name.clone(), entry);
         Ok(status(&name, &plugins[&name]))
     }
 
     /// Replaces a plugin's version. On any failure the old version keeps
     /// serving and the error is returned (and kept as `last_error`).
+    ///
+    /// The new version is prepared from the definition of the load it
+    /// replaces (its tenant, view and limits), off the lock; if the plugin
+    /// was unloaded or loaded again meanwhile, nothing is installed and
+    /// [`RegistryError::Superseded`] is returned.
     pub fn swap(&self, name: &str, source: WasmSource) -> Result<PluginStatus, RegistryError> {
-        let (def, informer) = {
+        let (generation, def, informer) = {
             let plugins = self.plugins.lock();
             let e = plugins.get(name).ok_or_else(|| RegistryError::UnknownPlugin(name.to_string()))?;
             let informer =
                 self.informer(&e.def.informer).ok_or_else(|| RegistryError::UnknownInformer(e.def.informer.clone()))?;
-            (e.def.clone(), informer)
+            (e.generation, e.def.clone(), informer)
         };
         let mut spec = def.spec.clone();
         let prepared = (|| {
@@ -285,6 +305,10 @@ impl PluginRegistry {
         })();
         let mut plugins = self.plugins.lock();
         let e = plugins.get_mut(name).ok_or_else(|| RegistryError::UnknownPlugin(name.to_string()))?;
+        if e.generation != generation {
+            tracing::warn!(plugin = name, "swap dropped: the plugin was loaded again while it was prepared");
+            return Err(RegistryError::Superseded(name.to_string()));
+        }
         let (loaded, mut handler) = match prepared {
             Ok(p) => p,
             Err(err) => {

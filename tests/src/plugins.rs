@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use informer_host::informer::{InformerOptions, Registration, SharedIndexInformer};
 use informer_host::plugin::{
-    CacheView, Grants, Level, LoadedPlugin, LogSink, PluginRuntime, PluginSpec, RuntimeConfig,
+    CacheView, Grants, Level, LoadedPlugin, LogLimits, LogSink, PluginRuntime, PluginSpec, RuntimeConfig,
 };
 use informer_host::source::MemorySource;
 use parking_lot::Mutex;
@@ -62,11 +62,21 @@ pub fn runtime() -> PluginRuntime {
 }
 
 /// A spec for plugin `plugin` named `name`, granted `log`, logging into `log`.
+///
+/// The tests observe plugins through what they log (a line per
+/// notification, a hundred thousand a second), so the per-second log
+/// budget is lifted; the per-call one stays as it is by default.
 pub fn spec(name: &str, plugin: &str, log: &Log) -> PluginSpec {
     let mut s = PluginSpec::new(name, wasm(plugin));
     s.grants = Grants { log: true, ..Grants::default() };
     s.log_sink = Some(log.sink());
+    s.limits.log = observing_log_limits();
     s
+}
+
+/// The default log budget without its per-second limits.
+pub fn observing_log_limits() -> LogLimits {
+    LogLimits { lines_per_second: u32::MAX, bytes_per_second: usize::MAX, ..LogLimits::default() }
 }
 
 /// An informer over a memory source, running until [`Running::stop`].

@@ -117,6 +117,7 @@ fn spec(plugin: &str, log: &Log) -> PluginSpec {
     // their toolchains import every interface of a world, used or not.
     s.grants = Grants { log: true, ..Grants::default() };
     s.log_sink = Some(log.sink());
+    s.limits.log = e2e::plugins::observing_log_limits();
     s
 }
 

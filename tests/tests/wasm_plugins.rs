@@ -188,7 +188,8 @@ async fn memory_hog_hits_its_cap_and_host_memory_stays_bounded() {
     let rt = runtime();
     let mut s = spec("memory-hog", "memory-hog", &log);
     s.config_json = json!({"name": "hog"}).to_string();
-    s.limits = Limits { memory_bytes: 32 << 20, fuel_per_call: None, deadline_per_call: Duration::from_secs(10) };
+    s.limits =
+        Limits { memory_bytes: 32 << 20, fuel_per_call: None, deadline_per_call: Duration::from_secs(10), ..s.limits };
     let plugin = rt.load(s).unwrap();
     let run = Running::start(&src);
     let reg = run.add(&plugin);

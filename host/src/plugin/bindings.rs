@@ -5,12 +5,14 @@
 //! reads the sandbox of the calling instance only.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 
-use super::sandbox::Sandbox;
+use super::log_budget::sanitize;
+use super::runtime::EPOCH_TICK;
+use super::sandbox::{HANDLE_COST, Sandbox};
 use crate::informer::ObjectRef;
 
 wasmtime::component::bindgen!({
@@ -18,6 +20,10 @@ wasmtime::component::bindgen!({
     world: "plugin",
     with: {
         "informer-host:plugin/types.object": ObjectHandle,
+    },
+    // May trap: handing out object handles past the instance's cap.
+    imports: {
+        "informer-host:plugin/cache": trappable,
     },
 });
 
@@ -48,36 +54,134 @@ struct Lent(*const ObjectRef);
 // (see `Progress::lend`).
 unsafe impl Send for Lent {}
 
+/// Longest error text kept from a guest (`delivery.done`, a returned
+/// error); the rest is cut and the cut said.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// The guest broke the `delivery` protocol: the host traps the call and
+/// blames the item in flight. Never a host failure.
+#[derive(Debug, thiserror::Error)]
+#[error("protocol violation: {0}")]
+pub struct ProtocolViolation(pub String);
+
+/// `now + d`, or a year from now where that cannot be represented.
+fn far_or(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).or_else(|| now.checked_add(Duration::from_secs(365 * 86_400))).unwrap_or(now)
+}
+
+/// Fuel and epoch ticks of one call.
+pub type Budget = (u64, u64);
+
 /// The `on-batch` call in flight: what it lends and what it reported
 /// through `delivery`.
+///
+/// The budget is a contract between the host and the batch. `begin` and
+/// `done` re-arm a call's fuel and deadline only for items of this batch,
+/// moving forward, each item at most once for each; anything else is a
+/// [`ProtocolViolation`]. And whatever the guest calls, the whole batch
+/// gets at most `items + 1` calls' worth of fuel and time (the allowance):
+/// a re-arm never grants more than what is left of it.
 pub struct Progress {
     /// The batch's objects, by slot.
     lent: Vec<Lent>,
+    /// How many items (notifications) the batch carries.
+    items: u32,
     /// The item that called `begin` and not yet `done`.
     pub begun: Option<u32>,
     /// One past the last item reported `done`.
     pub done: u32,
-    /// `(index, error)` of the items that returned an error.
+    /// `(index, error)` of the items that returned an error (cut to
+    /// [`MAX_ERROR_BYTES`]; at most one per item).
     pub errors: Vec<(u32, String)>,
     /// Fuel and epoch ticks re-armed at each report.
-    pub budget: (u64, u64),
+    pub budget: Budget,
     /// Fuel used up to the last report.
     pub fuel_used: u64,
     /// When the budget was last armed (for the partial item of a trap).
     pub since: Instant,
+    /// The whole batch's fuel, and the instant its time runs out.
+    allowance: (u64, Instant),
+    /// The fuel put in the store at the last arming.
+    armed: u64,
 }
 
 impl Progress {
-    pub fn new(budget: (u64, u64)) -> Self {
+    /// A batch of `items` notifications, each with `budget` (and
+    /// `deadline`, the wall-clock time behind its epoch ticks).
+    pub fn new(items: usize, budget: Budget, deadline: Duration) -> Self {
+        let calls = items as u64 + 1;
+        let now = Instant::now();
         Progress {
             lent: Vec::new(),
+            items: items as u32,
             begun: None,
             done: 0,
             errors: Vec::new(),
             budget,
             fuel_used: 0,
-            since: Instant::now(),
+            since: now,
+            allowance: (budget.0.saturating_mul(calls), far_or(now, deadline.saturating_mul(calls as u32))),
+            armed: budget.0,
         }
+    }
+
+    /// The item a trap now is blamed on: the one begun, else the next one
+    /// not reported (`None` once every item was reported).
+    pub fn in_flight(&self) -> Option<u32> {
+        self.begun.or((self.done < self.items).then_some(self.done))
+    }
+
+    /// `delivery.begin(index)`: the next item to have a visible effect.
+    fn begin(&mut self, index: u32) -> Result<(), ProtocolViolation> {
+        if index >= self.items {
+            return Err(ProtocolViolation(format!("delivery.begin({index}) in a batch of {} items", self.items)));
+        }
+        if let Some(b) = self.begun {
+            return Err(ProtocolViolation(format!("delivery.begin({index}) while item {b} has begun")));
+        }
+        if index < self.done {
+            return Err(ProtocolViolation(format!("delivery.begin({index}) after item {} was done", self.done - 1)));
+        }
+        self.begun = Some(index);
+        Ok(())
+    }
+
+    /// `delivery.done(index, error)`: the item was handled.
+    fn done(&mut self, index: u32, error: Option<String>) -> Result<(), ProtocolViolation> {
+        if index >= self.items {
+            return Err(ProtocolViolation(format!("delivery.done({index}) in a batch of {} items", self.items)));
+        }
+        if self.begun.is_some_and(|b| b != index) || index < self.done {
+            let state = match self.begun {
+                Some(b) => format!("item {b} has begun"),
+                None => format!("item {} is the next one", self.done),
+            };
+            return Err(ProtocolViolation(format!("delivery.done({index}) out of order: {state}")));
+        }
+        self.begun = None;
+        self.done = index + 1;
+        if let Some(e) = error {
+            self.errors.push((index, sanitize(&e, MAX_ERROR_BYTES).into_owned()));
+        }
+        Ok(())
+    }
+
+    /// What to arm next, given that `left` fuel is in the store: one call's
+    /// budget, or what is left of the batch's allowance if that is less.
+    fn next_budget(&mut self, left: u64) -> Budget {
+        self.fuel_used += self.armed.saturating_sub(left);
+        self.since = Instant::now();
+        let fuel = self.budget.0.min(self.allowance.0.saturating_sub(self.fuel_used));
+        let time_left = self.allowance.1.saturating_duration_since(self.since);
+        // +1: the next tick may be only an instant away.
+        let ticks = (time_left.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).saturating_add(1);
+        self.armed = fuel;
+        (fuel, self.budget.1.min(ticks))
+    }
+
+    /// All the fuel the batch spent, given that `left` is in the store.
+    pub fn fuel_spent(&self, left: u64) -> u64 {
+        self.fuel_used + self.armed.saturating_sub(left)
     }
 
     /// Lends `obj` to the batch as its next slot.
@@ -134,22 +238,18 @@ impl Progress {
     }
 }
 
-fn progress(data: &mut Sandbox) -> wasmtime::Result<&mut Progress> {
-    match data.progress.as_mut() {
-        Some(p) => Ok(p),
-        None => wasmtime::bail!("delivery called outside on-batch"),
-    }
+fn progress(data: &mut Sandbox) -> Result<&mut Progress, ProtocolViolation> {
+    data.progress.as_mut().ok_or_else(|| ProtocolViolation("delivery called outside on-batch".into()))
 }
 
-/// Accounts the fuel used since the last report and re-arms the budget.
+/// Accounts the fuel used since the last report and re-arms the budget
+/// (within the batch's allowance). A new item gets a whole log budget too.
 fn rearm(cx: &mut StoreContextMut<'_, Sandbox>) -> wasmtime::Result<()> {
     let left = cx.get_fuel().unwrap_or(0);
-    let p = progress(cx.data_mut())?;
-    p.fuel_used += p.budget.0.saturating_sub(left);
-    p.since = Instant::now();
-    let (fuel, ticks) = p.budget;
+    let (fuel, ticks) = progress(cx.data_mut())?.next_budget(left);
     cx.set_fuel(fuel)?;
     cx.set_epoch_deadline(ticks);
+    cx.data().shared.log.new_call();
     Ok(())
 }
 
@@ -157,29 +257,17 @@ fn rearm(cx: &mut StoreContextMut<'_, Sandbox>) -> wasmtime::Result<()> {
 pub fn add_delivery_to_linker(linker: &mut Linker<Sandbox>) -> wasmtime::Result<()> {
     let mut i = linker.instance(DELIVERY)?;
     i.func_wrap("begin", |mut cx: StoreContextMut<'_, Sandbox>, (index,): (u32,)| {
-        let p = progress(cx.data_mut())?;
-        if index < p.done || p.begun.is_some_and(|b| b != index) {
-            wasmtime::bail!("delivery.begin({index}) out of order");
-        }
-        p.begun = Some(index);
+        progress(cx.data_mut())?.begin(index)?;
         rearm(&mut cx)
     })?;
     i.func_wrap("done", |mut cx: StoreContextMut<'_, Sandbox>, (index, error): (u32, Option<String>)| {
-        let p = progress(cx.data_mut())?;
-        if index < p.done || p.begun.is_some_and(|b| b != index) {
-            wasmtime::bail!("delivery.done({index}) out of order");
-        }
-        p.begun = None;
-        p.done = index + 1;
-        if let Some(e) = error {
-            p.errors.push((index, e));
-        }
+        progress(cx.data_mut())?.done(index, error)?;
         rearm(&mut cx)
     })?;
     i.func_wrap("lend", |mut cx: StoreContextMut<'_, Sandbox>, (slot,): (u32,)| {
         let data = cx.data_mut();
         let Some(obj) = data.progress.as_ref().and_then(|p| p.lent(slot)) else {
-            wasmtime::bail!("delivery.lend({slot}): no such slot in this batch");
+            return Err(ProtocolViolation(format!("delivery.lend({slot}): no such slot in this batch")).into());
         };
         Ok((data.push_object(obj)?,))
     })?;
@@ -197,9 +285,21 @@ impl Sandbox {
         &self.table.get(r).expect("object handle belongs to this instance").0
     }
 
-    /// Lends an object to the guest for one call.
+    /// Lends an object to the guest. Each handle the instance holds counts
+    /// [`HANDLE_COST`] bytes against its memory cap: past it, a trap.
     pub fn push_object(&mut self, obj: ObjectRef) -> wasmtime::Result<Resource<ObjectHandle>> {
-        Ok(self.table.push(ObjectHandle(obj))?)
+        if self.handles >= self.max_handles {
+            self.limiter.refused = true;
+            wasmtime::bail!(
+                "the instance holds {} object handles, the most its memory cap of {} bytes allows \
+                 ({HANDLE_COST} bytes each); drop the handles it no longer needs",
+                self.handles,
+                self.shared.memory_bytes
+            );
+        }
+        let r = self.table.push(ObjectHandle(obj))?;
+        self.handles += 1;
+        Ok(r)
     }
 }
 
@@ -243,6 +343,7 @@ impl self::informer_host::plugin::types::HostObject for Sandbox {
     }
     fn drop(&mut self, rep: Resource<ObjectHandle>) -> wasmtime::Result<()> {
         self.table.delete(rep)?;
+        self.handles -= 1;
         Ok(())
     }
 }
@@ -253,31 +354,34 @@ impl self::informer_host::plugin::log::Host for Sandbox {
     fn log(&mut self, level: Level, message: String) {
         let s = &self.shared;
         let tenant = s.tenant.as_deref().unwrap_or("");
-        match level {
-            Level::Trace => tracing::trace!(plugin = %s.name, tenant, "{message}"),
-            Level::Debug => tracing::debug!(plugin = %s.name, tenant, "{message}"),
-            Level::Info => tracing::info!(plugin = %s.name, tenant, "{message}"),
-            Level::Warn => tracing::warn!(plugin = %s.name, tenant, "{message}"),
-            Level::Error => tracing::error!(plugin = %s.name, tenant, "{message}"),
-        }
-        if let Some(sink) = &s.log_sink {
-            (sink.0)(level, &message);
+        // Within the log budget, cut and escaped; dropped lines are counted.
+        if let Some(line) = s.log.emit(&s.name, tenant, level, &message, &s.stats)
+            && let Some(sink) = &s.log_sink
+        {
+            (sink.0)(level, &line);
         }
     }
 }
 
 impl self::informer_host::plugin::cache::Host for Sandbox {
-    fn get(&mut self, key: String) -> Option<Resource<ObjectHandle>> {
-        let obj = self.shared.cache.as_ref()?.get(&key)?;
-        self.push_object(obj).ok()
+    fn get(&mut self, key: String) -> wasmtime::Result<Option<Resource<ObjectHandle>>> {
+        let Some(obj) = self.shared.cache.as_ref().and_then(|c| c.get(&key)) else { return Ok(None) };
+        Ok(Some(self.push_object(obj)?))
     }
-    fn list(&mut self, namespace: Option<String>) -> Vec<Resource<ObjectHandle>> {
-        let Some(cache) = self.shared.cache.clone() else { return Vec::new() };
-        cache.list(namespace.as_deref()).into_iter().filter_map(|o| self.push_object(o).ok()).collect()
-    }
-    fn by_index(&mut self, index: String, value: String) -> Result<Vec<Resource<ObjectHandle>>, String> {
+    fn list(&mut self, namespace: Option<String>) -> wasmtime::Result<Vec<Resource<ObjectHandle>>> {
         let Some(cache) = self.shared.cache.clone() else { return Ok(Vec::new()) };
-        let objs = cache.by_index(&index, &value).map_err(|e| e.to_string())?;
-        Ok(objs.into_iter().filter_map(|o| self.push_object(o).ok()).collect())
+        cache.list(namespace.as_deref()).into_iter().map(|o| self.push_object(o)).collect()
+    }
+    fn by_index(
+        &mut self,
+        index: String,
+        value: String,
+    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, String>> {
+        let Some(cache) = self.shared.cache.clone() else { return Ok(Ok(Vec::new())) };
+        let objs = match cache.by_index(&index, &value) {
+            Ok(objs) => objs,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        Ok(Ok(objs.into_iter().map(|o| self.push_object(o)).collect::<wasmtime::Result<_>>()?))
     }
 }

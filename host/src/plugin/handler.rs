@@ -15,7 +15,8 @@ use tokio::sync::watch;
 use wasmtime::component::{ComponentExportIndex, TypedFunc};
 use wasmtime::{Engine, Store, Trap};
 
-use super::bindings::{Deleted, Plugin, PluginPre, Progress, Tombstone, kind};
+use super::bindings::{Deleted, MAX_ERROR_BYTES, Plugin, PluginPre, Progress, ProtocolViolation, Tombstone, kind};
+use super::log_budget::sanitize;
 use super::runtime::{EPOCH_TICK, Ticker};
 use super::sandbox::{PluginShared, Sandbox, new_store};
 use super::{OnTrap, PluginError, PluginSpec};
@@ -172,20 +173,23 @@ impl WasmHandler {
         &self.spec.name
     }
 
-    /// Fuel and epoch ticks for a call with `factor` times the limits.
+    /// Fuel and epoch ticks for a call with `factor` times the limits
+    /// (saturating: a huge deadline is a long one, never a short one).
     fn budget(&self, factor: u32) -> (u64, u64) {
         // Fuel is always enabled on the engine; unlimited means "a lot".
         let fuel = self.spec.limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
-        let deadline = self.spec.limits.deadline_per_call * factor;
-        let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64;
+        let deadline = self.spec.limits.deadline_per_call.saturating_mul(factor);
+        let ticks = u64::try_from(deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos())).unwrap_or(u64::MAX);
         // +1: the next tick may be only an instant away.
-        (fuel, ticks.max(1) + 1)
+        (fuel, ticks.max(1).saturating_add(1))
     }
 
+    /// Arms fuel, the deadline and the log budget for a call.
     fn arm(&self, store: &mut Store<Sandbox>, factor: u32) -> u64 {
         let (fuel, ticks) = if factor == 1 { self.call_budget } else { self.budget(factor) };
         let _ = store.set_fuel(fuel);
         store.set_epoch_deadline(ticks);
+        self.shared.log.new_call();
         fuel
     }
 
@@ -218,7 +222,7 @@ impl WasmHandler {
                 return Err(PluginError::Init {
                     plugin: self.spec.name.clone(),
                     file: self.spec.wasm.clone(),
-                    message,
+                    message: sanitize(&message, MAX_ERROR_BYTES).into_owned(),
                 });
             }
             Err(e) => return Err(trap(self, e, &store)),
@@ -246,8 +250,9 @@ impl WasmHandler {
             }
             Some(Trap::Interrupt) => (
                 &stats.traps_deadline,
-                format!("deadline of {:?} per call exceeded", limits.deadline_per_call * factor),
+                format!("deadline of {:?} per call exceeded", limits.deadline_per_call.saturating_mul(factor)),
             ),
+            _ if e.downcast_ref::<ProtocolViolation>().is_some() => (&stats.traps_protocol, format!("{e}")),
             _ if store.data().limiter.refused => {
                 (&stats.traps_memory, format!("memory cap of {} bytes reached ({e})", limits.memory_bytes))
             }
@@ -298,6 +303,7 @@ impl WasmHandler {
         };
         let _ = live.store.set_fuel(fuel);
         live.store.set_epoch_deadline(ticks);
+        self.shared.log.new_call();
         // No batch is in flight: `delivery` refuses to serve this call.
         live.store.data_mut().progress = None;
         let started = Instant::now();
@@ -308,7 +314,7 @@ impl WasmHandler {
         stats.fuel_consumed.fetch_add(fuel.saturating_sub(left), Ordering::Relaxed);
         match r {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(msg)) => Err(HandlerError::Failed(msg)),
+            Ok(Err(msg)) => Err(HandlerError::Failed(sanitize(&msg, MAX_ERROR_BYTES).into_owned())),
             // The instance is poisoned for good: it is dropped here.
             Err(e) => {
                 let live = self.live.take().expect("borrowed above");
@@ -371,7 +377,7 @@ impl ResourceEventHandler for WasmHandler {
             return deliver_each(self, batch);
         };
         let batch = &batch[..batch.len().min(self.batch_limit)];
-        let mut progress = Progress::new(self.call_budget);
+        let mut progress = Progress::new(batch.len(), self.call_budget, self.spec.limits.deadline_per_call);
         let mut tombstone_keys = Vec::new();
         let kinds: Vec<u8> = batch.iter().map(|n| batch_kind(&mut progress, &mut tombstone_keys, n)).collect();
         let store = &mut live.store;
@@ -379,12 +385,13 @@ impl ResourceEventHandler for WasmHandler {
         store.data_mut().progress = Some(progress);
         let _ = store.set_fuel(fuel);
         store.set_epoch_deadline(ticks);
+        self.shared.log.new_call();
         let started = Instant::now();
         let r = on_batch.call(&mut *store, (kinds, tombstone_keys));
         let elapsed = started.elapsed();
         let progress = store.data_mut().progress.take().expect("set above");
         let stats = &self.shared.stats;
-        let fuel_spent = progress.fuel_used + fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        let fuel_spent = progress.fuel_spent(store.get_fuel().unwrap_or(0));
         stats.fuel_consumed.fetch_add(fuel_spent, Ordering::Relaxed);
         let failed = |upto: u32| {
             progress
@@ -407,8 +414,19 @@ impl ResourceEventHandler for WasmHandler {
         };
         // The instance is poisoned for good: it is dropped.
         let live = self.live.take().expect("borrowed above");
-        let msg = self.describe_counting(&e, &live.store, 1, progress.begun.is_some());
-        match progress.begun {
+        // A broken protocol is the plugin's doing: the item in flight is
+        // skipped, as for a trap after `begin`.
+        let violation = e.downcast_ref::<ProtocolViolation>().is_some();
+        let blamed = if violation { progress.in_flight() } else { progress.begun };
+        let msg = self.describe_counting(&e, &live.store, 1, blamed.is_some() || violation);
+        match blamed {
+            None if violation => {
+                tracing::error!(
+                    plugin = %self.spec.name,
+                    "trapped after every item of the batch was reported ({msg}); none is skipped"
+                );
+                Delivered { handled: batch.len(), errors: failed(u32::MAX) }
+            }
             Some(at) => {
                 stats.observe_call(progress.since.elapsed().as_secs_f64());
                 let mut errors = failed(at);

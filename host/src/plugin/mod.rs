@@ -59,6 +59,7 @@
 
 mod bindings;
 mod handler;
+mod log_budget;
 mod runtime;
 mod sandbox;
 mod stderr;
@@ -70,6 +71,7 @@ use std::time::Duration;
 
 pub use bindings::Level;
 pub use handler::{SwapSlot, WasmHandler};
+pub use log_budget::{LogLimits, sanitize};
 pub use runtime::{BATCHED_WORLD, LoadedPlugin, PluginRuntime, WORLD};
 
 use crate::informer::{IndexError, Indexer, NAMESPACE_INDEX, Object, ObjectRef};
@@ -101,13 +103,21 @@ pub struct Limits {
     pub fuel_per_call: Option<u64>,
     /// Wall-clock deadline per call (enforced with epoch interruption).
     pub deadline_per_call: Duration,
-    /// Linear-memory cap per instance, in bytes.
+    /// Linear-memory cap per instance, in bytes. Host-side resources the
+    /// instance holds (object handles) count against it too.
     pub memory_bytes: usize,
+    /// What the plugin may write into the host's log (`log` and stderr).
+    pub log: LogLimits,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { fuel_per_call: Some(100_000_000), deadline_per_call: Duration::from_secs(1), memory_bytes: 64 << 20 }
+        Limits {
+            fuel_per_call: Some(100_000_000),
+            deadline_per_call: Duration::from_secs(1),
+            memory_bytes: 64 << 20,
+            log: LogLimits::default(),
+        }
     }
 }
 
@@ -211,6 +221,12 @@ pub struct PluginStats {
     pub traps_deadline: AtomicU64,
     pub traps_memory: AtomicU64,
     pub traps_other: AtomicU64,
+    /// Traps the host raised because the guest broke the `delivery`
+    /// protocol (an index out of range or out of order, a repeated report).
+    pub traps_protocol: AtomicU64,
+    /// Log lines (and their bytes) dropped over the plugin's log budget.
+    pub log_dropped_lines: AtomicU64,
+    pub log_dropped_bytes: AtomicU64,
 }
 
 /// Upper bounds (seconds) of the call-latency histogram; one more bucket
@@ -218,6 +234,66 @@ pub struct PluginStats {
 pub const CALL_BUCKETS: [f64; 10] = [1e-6, 5e-6, 2e-5, 1e-4, 5e-4, 2e-3, 1e-2, 5e-2, 0.25, 1.0];
 
 impl PluginStats {
+    /// Every counter, in a fixed order (buckets last), so that the counters
+    /// of retired versions can be summed with the current one's.
+    pub fn values(&self) -> Vec<u64> {
+        // Every field, without `..`: a new counter must be added here too.
+        let PluginStats {
+            restarts,
+            fuel_consumed,
+            call_nanos,
+            calls,
+            call_buckets,
+            json_calls,
+            traps_fuel,
+            traps_deadline,
+            traps_memory,
+            traps_other,
+            traps_protocol,
+            log_dropped_lines,
+            log_dropped_bytes,
+        } = self;
+        [
+            restarts,
+            fuel_consumed,
+            call_nanos,
+            calls,
+            json_calls,
+            traps_fuel,
+            traps_deadline,
+            traps_memory,
+            traps_other,
+            traps_protocol,
+            log_dropped_lines,
+            log_dropped_bytes,
+        ]
+        .into_iter()
+        .chain(call_buckets)
+        .map(|a| a.load(std::sync::atomic::Ordering::Relaxed))
+        .collect()
+    }
+
+    /// The counters [`PluginStats::values`] returned (missing ones are 0).
+    pub fn from_values(values: &[u64]) -> PluginStats {
+        let mut v = values.iter().map(|v| AtomicU64::new(*v)).chain(std::iter::repeat_with(|| AtomicU64::new(0)));
+        let mut next = || v.next().expect("endless");
+        PluginStats {
+            restarts: next(),
+            fuel_consumed: next(),
+            call_nanos: next(),
+            calls: next(),
+            json_calls: next(),
+            traps_fuel: next(),
+            traps_deadline: next(),
+            traps_memory: next(),
+            traps_other: next(),
+            traps_protocol: next(),
+            log_dropped_lines: next(),
+            log_dropped_bytes: next(),
+            call_buckets: std::array::from_fn(|_| next()),
+        }
+    }
+
     /// Records one call that took `secs`.
     pub fn observe_call(&self, secs: f64) {
         self.observe_calls(secs, 1);

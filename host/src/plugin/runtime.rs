@@ -20,6 +20,7 @@ use wasmtime::{Config, Engine};
 
 use super::bindings::{BATCH_EXPORT, DELIVERY, ON_BATCH, PluginPre, add_delivery_to_linker, informer_host};
 use super::handler::WasmHandler;
+use super::log_budget::LogBudget;
 use super::sandbox::{PluginShared, Sandbox};
 use super::{CacheView, Grants, PluginError, PluginInfo, PluginSpec, PluginStats};
 
@@ -176,8 +177,7 @@ impl PluginRuntime {
         if let Some(path) = &cached_file {
             match c.serialize() {
                 Ok(b) => {
-                    let tmp = path.with_extension("tmp");
-                    if let Err(e) = std::fs::write(&tmp, b).and_then(|_| std::fs::rename(&tmp, path)) {
+                    if let Err(e) = write_atomically(path, &b) {
                         tracing::warn!(plugin = %spec.name, "cannot write compile cache {}: {e}", path.display());
                     }
                 }
@@ -267,6 +267,18 @@ impl PluginRuntime {
     }
 }
 
+/// Writes `bytes` to `path` through a temporary file of its own in the same
+/// directory and an atomic rename, so concurrent writers of the same entry
+/// (two swaps to one version) never see or clobber each other's halves.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 fn check_preamble(spec: &PluginSpec, bytes: &[u8]) -> Result<(), PluginError> {
     let err = |message: &str| PluginError::NotAComponent {
         plugin: spec.name.clone(),
@@ -297,6 +309,8 @@ impl LoadedPlugin {
             cache,
             clocks: self.spec.grants.clocks,
             memory_bytes: self.spec.limits.memory_bytes,
+            log_granted: self.spec.grants.log,
+            log: LogBudget::new(self.spec.limits.log.clone()),
         });
         // wasmtime-wasi's synchronous host calls (a guest writing stderr in
         // `init`) block on tokio, which panics on a thread that is driving

@@ -13,6 +13,7 @@ use wasmtime::{ResourceLimiter, Store};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::Progress;
+use super::log_budget::LogBudget;
 use super::stderr::StderrCapture;
 use super::{CacheView, LogSink, PluginStats};
 
@@ -25,7 +26,16 @@ pub(crate) struct PluginShared {
     pub cache: Option<CacheView>,
     pub clocks: bool,
     pub memory_bytes: usize,
+    /// The `log` grant: without it stderr is kept for crash reports only.
+    pub log_granted: bool,
+    /// What `log` and stderr may still write.
+    pub log: LogBudget,
 }
+
+/// What the host charges against the memory cap for each object handle an
+/// instance holds (a resource-table entry and the handle behind it), so a
+/// guest cannot grow host memory by taking handles it never drops.
+pub(crate) const HANDLE_COST: usize = 128;
 
 /// Refuses linear-memory growth past the plugin's cap.
 pub(crate) struct MemoryCap {
@@ -56,6 +66,9 @@ pub(crate) struct Sandbox {
     pub stderr: StderrCapture,
     /// Set while an `on-batch` call runs.
     pub progress: Option<Progress>,
+    /// Object handles the instance holds, and the most it may hold.
+    pub handles: usize,
+    pub max_handles: usize,
 }
 
 impl WasiView for Sandbox {
@@ -87,7 +100,7 @@ impl HostMonotonicClock for FrozenClock {
 
 /// A fresh store for one instance of the plugin.
 pub(crate) fn new_store(engine: &wasmtime::Engine, shared: Arc<PluginShared>) -> Store<Sandbox> {
-    let stderr = StderrCapture::new(shared.name.clone());
+    let stderr = StderrCapture::new(shared.clone());
     let mut wasi = WasiCtx::builder();
     wasi.stderr(stderr.clone());
     if !shared.clocks {
@@ -95,8 +108,10 @@ pub(crate) fn new_store(engine: &wasmtime::Engine, shared: Arc<PluginShared>) ->
     }
     let wasi = wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).build();
     let limiter = MemoryCap { cap: shared.memory_bytes, refused: false };
-    let mut store =
-        Store::new(engine, Sandbox { table: ResourceTable::new(), wasi, limiter, shared, stderr, progress: None });
+    let max_handles = (shared.memory_bytes / HANDLE_COST).max(1024);
+    let sandbox =
+        Sandbox { table: ResourceTable::new(), wasi, limiter, shared, stderr, progress: None, handles: 0, max_handles };
+    let mut store = Store::new(engine, sandbox);
     store.limiter(|s| &mut s.limiter);
     store
 }

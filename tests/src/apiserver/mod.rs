@@ -1,0 +1,364 @@
+//! A loopback Kubernetes API server for tests: the list/watch wire protocol,
+//! faithfully, for any resource path, on `127.0.0.1` with an ephemeral port.
+//!
+//! This module owns the fixture and nothing else: an in-memory object store
+//! with a global, increasing resourceVersion (like etcd's revision), a history
+//! of changes that can be compacted, and an HTTP/1.1 server (hyper 1) that
+//! answers what a real `kube-apiserver` answers for
+//!
+//! - `GET /api/v1[/namespaces/{ns}]/{plural}` and
+//!   `GET /apis/{group}/{version}[/namespaces/{ns}]/{plural}`: a list
+//!   (`{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"N"},"items":[...]}`,
+//!   items carrying `kind`/`apiVersion`), honouring `resourceVersion`
+//!   (unset: most recent; `"0"`: any, limit ignored as the watch cache does;
+//!   `N`: not older than N, `504` when N is in the future), `resourceVersionMatch`
+//!   (`NotOlderThan`, `Exact`: the state at N, `410 Expired` once compacted),
+//!   `limit`/`continue` paging over a consistent snapshot (`410 Expired` for a
+//!   token older than the compacted revision), `labelSelector` (equality and
+//!   set-based: `a=b`, `a==b`, `a!=b`, `a`, `!a`, `a in (x,y)`, `a notin (x)`,
+//!   `a>1`, `a<1`) and `fieldSelector` (`metadata.name`, `metadata.namespace`
+//!   with `=`, `==`, `!=`);
+//! - the same paths with `watch=1`/`watch=true`: a chunked stream of
+//!   newline-delimited `{"type":"ADDED|MODIFIED|DELETED|BOOKMARK|ERROR","object":{...}}`.
+//!   `resourceVersion` unset or `"0"` starts with synthetic `ADDED` events for
+//!   the current state; `N` sends every change strictly after N. Selectors
+//!   apply per event as the watch cache applies them: an object that stops
+//!   matching arrives as `DELETED` (its previous state at the new
+//!   resourceVersion), one that starts matching as `ADDED`. `BOOKMARK`s (an
+//!   object of the resource's kind with only `metadata.resourceVersion`) go to
+//!   watches opened with `allowWatchBookmarks=true`; `timeoutSeconds` ends the
+//!   stream cleanly. A watch from a compacted resourceVersion gets `410 Gone`
+//!   either as an HTTP 410 `Status` or as an `ERROR` event carrying a `Status`
+//!   with `code: 410, reason: "Expired"` ([`GoneStyle`]);
+//! - `GET .../{plural}/{name}`: one object or a `404 NotFound` Status.
+//!
+//! Errors are `metav1.Status` objects with the HTTP code, as the real server
+//! sends them. The control API ([`ApiServer`]) creates, updates and deletes
+//! objects, sends bookmarks, compacts history, drops or expires every open
+//! watch, holds new watches back, injects failures, and records every request.
+//! It may not depend on the code under test: it knows nothing of the informer.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, anyhow, bail};
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+mod faults;
+mod http;
+mod list_watch;
+mod requests;
+mod resources;
+mod selectors;
+mod status;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use faults::*;
+use http::*;
+use list_watch::*;
+use status::*;
+use store::*;
+
+pub use list_watch::GoneStyle;
+pub use requests::{RecordedRequest, RequestKind};
+pub use resources::ResourceType;
+pub use selectors::{FieldSelector, LabelSelector};
+
+type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+
+struct Shared {
+    state: Mutex<State>,
+    /// `true` while new watch requests are held back.
+    hold: watch::Sender<bool>,
+    open_watches: AtomicUsize,
+}
+
+/// The running fixture. Dropping it stops the server and closes every
+/// connection.
+///
+/// ```no_run
+/// # async fn demo() -> anyhow::Result<()> {
+/// use e2e::apiserver::{ApiServer, config_map};
+/// let server = ApiServer::start().await;
+/// let cm = server.create(config_map("default", "a", &[("app", "web")], &[("k", "v")]))?;
+/// assert_eq!(cm["metadata"]["resourceVersion"], "2");
+/// let client = server.client(); // a kube::Client pointed at it
+/// # Ok(()) }
+/// ```
+pub struct ApiServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.shared.state.lock().watchers.clear();
+    }
+}
+
+/// A ConfigMap object with labels and data.
+pub fn config_map(namespace: &str, name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> Value {
+    let labels: serde_json::Map<String, Value> = labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let data: serde_json::Map<String, Value> = data.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let mut metadata = json!({"name": name, "namespace": namespace});
+    if !labels.is_empty() {
+        metadata["labels"] = Value::Object(labels);
+    }
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data})
+}
+
+impl ApiServer {
+    /// Binds `127.0.0.1:0` and serves until dropped. The default resource
+    /// types are registered (see [`ResourceType`]); the first change gets
+    /// resourceVersion 2 (an empty store is at 1, as a fresh etcd is).
+    pub async fn start() -> ApiServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                types: vec![
+                    ResourceType::config_maps(),
+                    ResourceType::secrets(),
+                    ResourceType::namespaces(),
+                    ResourceType::deployments(),
+                ],
+                rv: 1,
+                compacted: 1,
+                base: BTreeMap::new(),
+                log: Vec::new(),
+                objects: BTreeMap::new(),
+                watchers: Vec::new(),
+                requests: Vec::new(),
+                failures: Vec::new(),
+                gone_style: GoneStyle::default(),
+                next_uid: 1,
+            }),
+            hold: watch::Sender::new(false),
+            open_watches: AtomicUsize::new(0),
+        });
+        let task = tokio::spawn(accept_loop(listener, shared.clone()));
+        ApiServer { shared, addr, task }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+    /// A kubeconfig-free client configuration pointed at this server.
+    pub fn config(&self) -> kube::Config {
+        kube::Config::new(self.url().parse().expect("server url"))
+    }
+    /// A `kube::Client` pointed at this server (needs a tokio runtime).
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config()).expect("kube client")
+    }
+
+    /// Serves another resource type (e.g. a custom resource).
+    pub fn register(&self, ty: ResourceType) {
+        let mut st = self.shared.state.lock();
+        if !st.types.contains(&ty) {
+            st.types.push(ty);
+        }
+    }
+
+    /// The current resourceVersion (of the last change, in any resource).
+    pub fn resource_version(&self) -> String {
+        self.shared.state.lock().rv.to_string()
+    }
+
+    /// Creates an object (`apiVersion`, `kind`, `metadata.name` required;
+    /// a namespaced object without namespace goes to `default`). Stamps
+    /// `uid`, `creationTimestamp` and the next resourceVersion; returns the
+    /// stored object.
+    pub fn create(&self, obj: Value) -> anyhow::Result<Value> {
+        let mut st = self.shared.state.lock();
+        let (key, mut obj) = st.normalize(obj)?;
+        if st.objects.contains_key(&key) {
+            bail!("AlreadyExists: {} {:?} already exists", st.types[key.ty].plural, key.name);
+        }
+        st.rv += 1;
+        st.next_uid += 1;
+        let meta = obj["metadata"].as_object_mut().expect("metadata");
+        meta.insert("uid".into(), json!(format!("00000000-0000-4000-8000-{:012x}", st.next_uid)));
+        meta.insert("creationTimestamp".into(), json!(rfc3339_now()));
+        meta.insert("resourceVersion".into(), json!(st.rv.to_string()));
+        Ok(st.commit(Change::Added, key, obj, None))
+    }
+
+    /// Replaces an existing object, keeping its `uid` and
+    /// `creationTimestamp`. A `metadata.resourceVersion` in `obj` must match
+    /// the stored one (optimistic concurrency, `Conflict` otherwise).
+    pub fn update(&self, obj: Value) -> anyhow::Result<Value> {
+        let mut st = self.shared.state.lock();
+        let (key, mut obj) = st.normalize(obj)?;
+        let Some(prev) = st.objects.get(&key).cloned() else {
+            bail!("NotFound: {} {:?} not found", st.types[key.ty].plural, key.name);
+        };
+        let meta = obj["metadata"].as_object_mut().expect("metadata");
+        if let Some(rv) = meta.get("resourceVersion").and_then(Value::as_str)
+            && Some(rv) != prev["metadata"]["resourceVersion"].as_str()
+        {
+            bail!("Conflict: the object has been modified; resourceVersion {rv} is stale");
+        }
+        for field in ["uid", "creationTimestamp"] {
+            meta.insert(field.into(), prev["metadata"][field].clone());
+        }
+        st.rv += 1;
+        let rv = st.rv.to_string();
+        obj["metadata"]["resourceVersion"] = json!(rv);
+        Ok(st.commit(Change::Modified, key, obj, Some(prev)))
+    }
+
+    /// Creates or replaces an object.
+    pub fn apply(&self, obj: Value) -> anyhow::Result<Value> {
+        let exists = {
+            let st = self.shared.state.lock();
+            let (key, _) = st.normalize(obj.clone())?;
+            st.objects.contains_key(&key)
+        };
+        if exists {
+            let mut obj = obj;
+            if let Some(meta) = obj["metadata"].as_object_mut() {
+                meta.remove("resourceVersion");
+            }
+            self.update(obj)
+        } else {
+            self.create(obj)
+        }
+    }
+
+    /// Deletes an object; returns its last state, stamped with the
+    /// resourceVersion of the delete (what a `DELETED` event carries).
+    pub fn delete(&self, api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> anyhow::Result<Value> {
+        let mut st = self.shared.state.lock();
+        let ty = st.type_of(api_version, kind)?;
+        let namespace = if st.types[ty].namespaced { namespace.unwrap_or("default") } else { "" };
+        let key = Key { ty, namespace: namespace.into(), name: name.into() };
+        let Some(prev) = st.objects.get(&key).cloned() else {
+            bail!("NotFound: {} {name:?} not found", st.types[ty].plural);
+        };
+        st.rv += 1;
+        let mut obj = (*prev).clone();
+        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+        Ok(st.commit(Change::Deleted, key, obj, Some(prev)))
+    }
+
+    /// Deletes the ConfigMap `namespace/name`.
+    pub fn delete_config_map(&self, namespace: &str, name: &str) -> anyhow::Result<Value> {
+        self.delete("v1", "ConfigMap", Some(namespace), name)
+    }
+
+    /// The stored object, if any.
+    pub fn get(&self, api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let st = self.shared.state.lock();
+        let ty = st.type_of(api_version, kind).ok()?;
+        let namespace = if st.types[ty].namespaced { namespace.unwrap_or("default") } else { "" };
+        st.objects.get(&Key { ty, namespace: namespace.into(), name: name.into() }).map(|v| (**v).clone())
+    }
+
+    /// Sends a `BOOKMARK` at the current resourceVersion to every open watch
+    /// that allowed bookmarks; returns that resourceVersion.
+    pub fn bookmark(&self) -> String {
+        let mut st = self.shared.state.lock();
+        let rv = st.rv;
+        st.watchers.retain(|w| w.send(Signal::Bookmark(rv)).is_ok());
+        rv.to_string()
+    }
+
+    /// Compacts history at the current resourceVersion: a watch, an `Exact`
+    /// list or a `continue` token from an older resourceVersion gets `410`.
+    /// Returns the compacted resourceVersion.
+    pub fn compact(&self) -> String {
+        let mut st = self.shared.state.lock();
+        st.base = st.objects.clone();
+        st.log.clear();
+        st.compacted = st.rv;
+        st.rv.to_string()
+    }
+
+    /// Closes every open watch connection abruptly (the chunked body ends
+    /// without its terminating chunk and the TCP connection closes). Returns
+    /// how many were closed.
+    pub fn drop_watches(&self) -> usize {
+        let watchers = std::mem::take(&mut self.shared.state.lock().watchers);
+        watchers.into_iter().filter(|w| w.send(Signal::Drop).is_ok()).count()
+    }
+
+    /// Ends every open watch with an `ERROR` event carrying a `410 Expired`
+    /// Status, as a server does to a watch that fell out of its history
+    /// window. Returns how many were expired.
+    pub fn expire_watches(&self) -> usize {
+        let (watchers, oldest) = {
+            let mut st = self.shared.state.lock();
+            (std::mem::take(&mut st.watchers), st.rv)
+        };
+        watchers.into_iter().filter(|w| w.send(Signal::Expire { oldest }).is_ok()).count()
+    }
+
+    /// Holds every new watch request (recorded, but not answered) until
+    /// [`ApiServer::release_watches`]: a slow or partitioned server.
+    pub fn hold_watches(&self) {
+        self.shared.hold.send_replace(true);
+    }
+    /// Answers the held watch requests, judged against the state at release.
+    pub fn release_watches(&self) {
+        self.shared.hold.send_replace(false);
+    }
+
+    /// Chooses how a watch from a compacted resourceVersion is refused.
+    pub fn set_gone_style(&self, style: GoneStyle) {
+        self.shared.state.lock().gone_style = style;
+    }
+
+    /// Answers the next request of `kind` with an error Status of `code`.
+    pub fn fail_next(&self, kind: RequestKind, code: u16) {
+        self.fail_next_where(move |r| r.kind == kind, code);
+    }
+    /// Answers the next request matching `matches` with an error Status of
+    /// `code` (e.g. `410` for a request with a `continue` token).
+    pub fn fail_next_where(&self, matches: impl Fn(&RecordedRequest) -> bool + Send + 'static, code: u16) {
+        self.shared.state.lock().failures.push(Failure { matches: Box::new(matches), code });
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.state.lock().requests.clone()
+    }
+    pub fn request_count(&self) -> usize {
+        self.shared.state.lock().requests.len()
+    }
+    /// The list requests received so far.
+    pub fn lists(&self) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(RecordedRequest::is_list).collect()
+    }
+    /// The watch requests received so far.
+    pub fn watches(&self) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(RecordedRequest::is_watch).collect()
+    }
+    /// Watch streams currently open (answered and not yet ended).
+    pub fn open_watches(&self) -> usize {
+        self.shared.open_watches.load(Ordering::SeqCst)
+    }
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use informer_host::informer::{InformerOptions, SharedIndexInformer};
 use informer_host::plugin::{Grants, Level, Limits, LogSink, PluginRuntime, PluginSpec, RuntimeConfig};
-use informer_host::registry::{OnSwap, PluginDef, PluginRegistry, WasmSource};
+use informer_host::registry::{OnSwap, PluginDef, PluginRegistry, TenantPolicy, WasmSource};
 use informer_host::source::MemorySource;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -127,14 +127,51 @@ async fn swap_latency() {
     );
 }
 
-async fn neighbour_latency(with_neighbours: bool) -> (Duration, Duration, Duration) {
+/// Who shares the informer with the well-behaved plugin.
+#[derive(Clone, Copy, PartialEq)]
+enum Neighbours {
+    None,
+    /// A spinner (50 ms deadline) and a panicker, without tenants.
+    Misbehaving,
+    /// Tenant `a`: one spinning plugin per delivery worker, each spinning
+    /// until its 1 s deadline on every update; the good plugin is tenant `b`.
+    SpinningTenant,
+}
+
+fn everything_policy() -> TenantPolicy {
+    TenantPolicy {
+        visibility: Arc::new(|_: &informer_host::informer::Object| true),
+        max_plugins: None,
+        fuel_per_call: None,
+        deadline_per_call: None,
+        memory_bytes: None,
+        max_pending: None,
+    }
+}
+
+async fn neighbour_latency(neighbours: Neighbours) -> (Duration, Duration, Duration) {
     let src = MemorySource::new();
     let wasm = PluginRuntime::new(RuntimeConfig::default()).unwrap();
     let registry = PluginRegistry::new(wasm);
     let stop = start(&src, &registry);
     let lines: Lines = Default::default();
-    registry.load(def(spec("good", "recorder", &lines))).unwrap();
-    if with_neighbours {
+    let mut good = spec("good", "recorder", &lines);
+    if neighbours == Neighbours::SpinningTenant {
+        registry.set_tenant("a", everything_policy());
+        registry.set_tenant("b", everything_policy());
+        good.tenant = Some("b".into());
+        for i in 0..4 {
+            let sink: Lines = Default::default();
+            let mut spin = spec(&format!("a-spinner-{i}"), "spin", &sink);
+            spin.tenant = Some("a".into());
+            spin.config_json = r#"{"name":"*"}"#.into();
+            spin.limits =
+                Limits { fuel_per_call: None, deadline_per_call: Duration::from_secs(1), ..Limits::default() };
+            registry.load(def(spin)).unwrap();
+        }
+    }
+    registry.load(def(good)).unwrap();
+    if neighbours == Neighbours::Misbehaving {
         let sink: Lines = Default::default();
         let mut spin = spec("spinner", "spin", &sink);
         spin.config_json = r#"{"name":"*"}"#.into();
@@ -168,11 +205,16 @@ fn main() {
     rt.block_on(swap_latency());
     println!();
     println!("Delivery latency of a well-behaved plugin (source apply → its handler ran), 1 update/ms for 3 s:");
-    let alone = rt.block_on(neighbour_latency(false));
-    let crowded = rt.block_on(neighbour_latency(true));
+    let alone = rt.block_on(neighbour_latency(Neighbours::None));
+    let crowded = rt.block_on(neighbour_latency(Neighbours::Misbehaving));
+    let tenant = rt.block_on(neighbour_latency(Neighbours::SpinningTenant));
     println!("  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}", "alone", alone.0, alone.1, alone.2);
     println!(
         "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}",
         "beside a spinner (50 ms deadline) and a panicker", crowded.0, crowded.1, crowded.2
+    );
+    println!(
+        "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}",
+        "beside a tenant spinning on all 4 workers (1 s)", tenant.0, tenant.1, tenant.2
     );
 }

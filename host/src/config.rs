@@ -20,6 +20,7 @@
 //! [admin]
 //! addr = "127.0.0.1:8081"
 //! token_file = "admin.token"
+//! wasm_dirs = ["plugins"]   # loads may name components here by path
 //!
 //! [[tenant]]
 //! name = "shop"
@@ -139,6 +140,9 @@ pub struct AdminSettings {
     pub token_source: String,
     /// Largest accepted request body, in bytes.
     pub max_upload: usize,
+    /// Directories whose components loads and swaps may name by path (each
+    /// must exist; empty: components only by upload).
+    pub wasm_dirs: Vec<PathBuf>,
     /// Where `[admin]` is.
     pub location: Location,
 }
@@ -652,11 +656,12 @@ struct RawAdmin {
     token_file: Option<S<String>>,
     token_env: Option<S<String>>,
     max_upload: Option<S<toml::Value>>,
+    wasm_dirs: Option<Vec<S<String>>>,
 }
 
 impl RawAdmin {
     fn read(mut f: Fields<'_, '_>) -> Option<Self> {
-        read_table!(f, RawAdmin, [], [addr, allow_remote, token_file, token_env, max_upload])
+        read_table!(f, RawAdmin, [], [addr, allow_remote, token_file, token_env, max_upload, wasm_dirs])
     }
 }
 
@@ -1213,11 +1218,21 @@ impl<'a> Cx<'a> {
             Some(v) => self.size(v, "max_upload"),
             None => Some(crate::admin_api::DEFAULT_MAX_UPLOAD),
         };
+        let mut wasm_dirs = Vec::new();
+        for dir in r.wasm_dirs.iter().flatten() {
+            let path = self.path(dir.get_ref());
+            // Checked now, so a typo is an error at start, not a 403 later.
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => wasm_dirs.push(path),
+                Ok(_) => self.error(dir.span(), format!("`wasm_dirs`: {} is not a directory", path.display())),
+                Err(e) => self.error(dir.span(), format!("`wasm_dirs`: cannot read {}: {e}", path.display())),
+            }
+        }
         if self.problems.len() != before {
             return None;
         }
         let ((token, token_source), addr, max_upload) = (token?, addr?, max_upload?);
-        Some(AdminSettings { addr, allow_remote, token, token_source, max_upload, location })
+        Some(AdminSettings { addr, allow_remote, token, token_source, max_upload, wasm_dirs, location })
     }
 
     fn plugin(
@@ -2047,6 +2062,16 @@ namespace = ["x"]
         assert_eq!(a.addr, "0.0.0.0:9000".parse().unwrap());
         assert_eq!((a.token.expose(), a.max_upload), ("from-env", 1 << 20));
         assert_eq!(a.token_source, "token_env INFORMER_HOST_TEST_ADMIN_TOKEN");
+        assert!(a.wasm_dirs.is_empty());
+
+        std::fs::create_dir(f.dir.path().join("wasm")).unwrap();
+        let c = f
+            .parse(
+                "[admin]
+token_file = \"token\"\nwasm_dirs = [\"wasm\"]\n",
+            )
+            .unwrap();
+        assert_eq!(c.admin.unwrap().wasm_dirs, [f.dir.path().join("wasm")]);
     }
 
     #[test]
@@ -2193,6 +2218,12 @@ log_fromat = "json"
         }
         let e = f.errors("[admin]\ntoken_file = \"empty\"\n");
         assert!(e[0].starts_with("host.toml:2:14: `token_file`") && e[0].ends_with("is empty"), "{e:?}");
+        let e = f.errors("[admin]\ntoken_file = \"empty\"\nwasm_dirs = [\"no-such-dir\", \"empty\"]\n");
+        assert!(e.iter().any(|e| e.starts_with("host.toml:3:14: `wasm_dirs`: cannot read ")), "{e:?}");
+        assert!(
+            e.iter().any(|e| e.starts_with("host.toml:3:29: `wasm_dirs`: ") && e.ends_with("is not a directory")),
+            "{e:?}"
+        );
         let e = f.errors("admin = 3\n");
         assert!(e[0].starts_with("host.toml:1:9: `admin` must be a table"), "{e:?}");
     }

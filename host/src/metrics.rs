@@ -31,7 +31,9 @@
 //! | `plugin_call_duration_seconds` | histogram | plugin, informer |
 //! | `plugin_fuel_consumed_total` | counter | plugin, informer |
 //! | `plugin_restarts_total` | counter (fresh instances after a trap) | plugin, informer |
-//! | `plugin_traps_total` | counter | plugin, informer, cause |
+//! | `plugin_traps_total` | counter (cause: fuel, deadline, memory, other, protocol) | plugin, informer, cause |
+//! | `plugin_log_dropped_lines_total` | counter (over the log budget) | plugin, informer |
+//! | `plugin_log_dropped_bytes_total` | counter | plugin, informer |
 //! | `plugin_json_calls_total` | counter | plugin, informer |
 //! | `plugin_info` | info | plugin, informer, file, hash, world |
 
@@ -457,6 +459,7 @@ impl Collector for HostCollector {
                 ("deadline", &s.traps_deadline),
                 ("memory", &s.traps_memory),
                 ("other", &s.traps_other),
+                ("protocol", &s.traps_protocol),
             ] {
                 let mut l = l.clone();
                 l.push(("cause", cause.into()));
@@ -464,6 +467,18 @@ impl Collector for HostCollector {
             }
         }
         counters(&mut encoder, "plugin_traps", "Traps of the plugin's instances, by cause", &traps)?;
+        counters(
+            &mut encoder,
+            "plugin_log_dropped_lines",
+            "Log and stderr lines dropped by the plugin's log budget",
+            &rows(&|_, s| load(&s.log_dropped_lines)),
+        )?;
+        counters(
+            &mut encoder,
+            "plugin_log_dropped_bytes",
+            "Bytes of log and stderr lines dropped by the plugin's log budget",
+            &rows(&|_, s| load(&s.log_dropped_bytes)),
+        )?;
         counters(
             &mut encoder,
             "plugin_json_calls",
@@ -532,6 +547,9 @@ mod tests {
                 stats: {
                     let s = PluginStats::default();
                     s.observe_call(3e-6);
+                    s.traps_protocol.store(2, Ordering::Relaxed);
+                    s.log_dropped_lines.store(7, Ordering::Relaxed);
+                    s.log_dropped_bytes.store(700, Ordering::Relaxed);
                     Arc::new(s)
                 },
                 info: Box::new(PluginInfo {
@@ -593,6 +611,9 @@ mod tests {
             "informer_host_notifications_by_kind_total{plugin=\"recorder\",informer=\"cms\",kind=\"add\",outcome=\"delivered\"} 1",
             "informer_host_notifications_by_kind_total{plugin=\"recorder\",informer=\"cms\",kind=\"add\",outcome=\"failed\"} 1",
             "informer_host_plugin_traps_total{plugin=\"recorder\",informer=\"cms\",cause=\"fuel\"} 0",
+            "informer_host_plugin_traps_total{plugin=\"recorder\",informer=\"cms\",cause=\"protocol\"} 2",
+            "informer_host_plugin_log_dropped_lines_total{plugin=\"recorder\",informer=\"cms\"} 7",
+            "informer_host_plugin_log_dropped_bytes_total{plugin=\"recorder\",informer=\"cms\"} 700",
             "informer_host_plugin_info{plugin=\"recorder\",informer=\"cms\",file=\"recorder.wasm\",hash=\"abc\",world=\"w\"} 1",
             "# EOF",
         ] {

@@ -375,6 +375,9 @@ fn handler_options(def: &PluginDef) -> HandlerOptions {
         resync_period: def.resync,
         filter: def.visibility.clone(),
         max_pending: def.max_pending,
+        // Tenants are the fairness groups: one tenant's spinning plugins
+        // cannot hold the delivery workers another tenant's plugins need.
+        group: def.spec.tenant.clone(),
     }
 }
 

@@ -9,7 +9,7 @@ use e2e::eventually;
 use e2e::plugins::{Log, Running, runtime, spec};
 use informer_host::informer::Object;
 use informer_host::plugin::{Limits, Visibility};
-use informer_host::registry::{OnSwap, PluginDef, PluginRegistry};
+use informer_host::registry::{OnSwap, PluginDef, PluginRegistry, TenantPolicy};
 use informer_host::source::MemorySource;
 use serde_json::json;
 
@@ -141,4 +141,57 @@ async fn a_spinning_and_a_panicking_neighbour_do_not_delay_another_tenant() {
     );
     let c90 = crowded[crowded.len() * 9 / 10];
     assert!(c90 < Duration::from_millis(50), "p90 beside misbehaving neighbours {c90:?}");
+}
+
+/// Finding 4 of the hardening issue: the blocking delivery workers were
+/// shared first come, first served per informer, so a tenant whose plugins
+/// spin at their full (legitimate) deadline held every worker and another
+/// tenant's notifications waited for those deadlines. Each tenant now has
+/// its own workers: tenant `b`'s notification is delivered while all of
+/// tenant `a`'s spinners are still inside their calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_spinning_on_every_worker_does_not_hold_back_another_tenant() {
+    let src = MemorySource::new();
+    let run = Running::start(&src);
+    let registry = PluginRegistry::new(runtime());
+    registry.add_informer("cms", run.informer.clone());
+    for (name, ns) in [("a", "a"), ("b", "b")] {
+        let policy = TenantPolicy {
+            visibility: tenant(&[ns], false),
+            max_plugins: None,
+            fuel_per_call: None,
+            deadline_per_call: None,
+            memory_bytes: None,
+            max_pending: None,
+        };
+        registry.set_tenant(name, policy);
+    }
+    let sink = Log::default();
+    // As many spinners as the informer has workers (the default, 4).
+    let spinners: Vec<String> = (0..4).map(|i| format!("a-spinner-{i}")).collect();
+    for name in &spinners {
+        let mut spin = def(name, "spin", &sink, Some(tenant(&["a"], false)));
+        spin.spec.tenant = Some("a".into());
+        spin.spec.config_json = json!({"name": "x"}).to_string();
+        spin.spec.limits =
+            Limits { fuel_per_call: None, deadline_per_call: Duration::from_secs(4), ..Limits::default() };
+        registry.load(spin).unwrap();
+    }
+    let log = Log::default();
+    let mut recorder = def("b-recorder", "recorder", &log, Some(tenant(&["b"], false)));
+    recorder.spec.tenant = Some("b".into());
+    registry.load(recorder).unwrap();
+    eventually("sync", || registry.list().iter().all(|p| p.synced)).await;
+
+    src.apply_config_map("a", "x", "spin").unwrap();
+    // Let every spinner enter its call (it stays there for 4 s).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    src.apply_config_map("b", "y", "hello").unwrap();
+    let sent = Instant::now();
+    eventually("b's add", || log.count("add b/y") == 1).await;
+    let waited = sent.elapsed();
+    // The bound is b's own work, not a's deadlines: served long before the
+    // first of a's 4 s calls could have ended (before the fix: 4 s).
+    assert!(waited < Duration::from_secs(2), "tenant b waited {waited:?} behind tenant a's spinning plugins");
+    run.stop().await;
 }

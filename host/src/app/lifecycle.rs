@@ -175,9 +175,10 @@ impl App {
         let api_addr = match &config.admin {
             Some(admin) => {
                 let registry = plugins.registry().map_err(AppError::Runtime)?;
-                let router = admin_api::router(
+                let router = admin_api::router_with_wasm_dirs(
                     registry,
                     AdminConfig { token: admin.token.expose().to_string(), max_upload: admin.max_upload },
+                    admin.wasm_dirs.clone(),
                 );
                 let server = AdminServer::serve(admin.addr, router, admin_stop.clone())
                     .await

@@ -53,6 +53,12 @@ pub struct HandlerOptions {
     /// Pending notifications beyond this are coalesced by key (client-go's
     /// buffer is unbounded; `None` keeps that).
     pub max_pending: Option<usize>,
+    /// The fairness group (the tenant) whose delivery workers this handler
+    /// uses when it delivers on the blocking pool. Each group of an informer
+    /// has its own `blocking_workers` permits, so a group that keeps all of
+    /// its workers busy (spinning plugins at their full deadline) cannot take
+    /// a worker from another group. `None`: the informer's shared group.
+    pub group: Option<String>,
 }
 
 impl HandlerOptions {
@@ -68,7 +74,8 @@ pub struct InformerOptions {
     pub name: String,
     /// Resync period given to handlers added without one (0: none).
     pub default_resync_period: Duration,
-    /// Delivery workers shared by `Delivery::Blocking` handlers.
+    /// Delivery workers shared by the `Delivery::Blocking` handlers of one
+    /// fairness group (see [`HandlerOptions::group`]).
     pub blocking_workers: usize,
 }
 
@@ -98,8 +105,28 @@ struct Inner {
     block_deltas: Mutex<()>,
     default_resync_period: Duration,
     next_id: AtomicU64,
+    /// Delivery workers of handlers without a group.
     blocking: Arc<Semaphore>,
+    /// Delivery workers per fairness group, created on first use.
+    group_workers: Mutex<HashMap<String, Arc<Semaphore>>>,
+    blocking_workers: usize,
     last_sync_resource_version: Arc<Mutex<String>>,
+}
+
+impl Inner {
+    /// The delivery workers of a fairness group. A group's semaphore lives
+    /// as long as the informer: one per tenant, a few hundred bytes each.
+    fn workers_of(&self, group: Option<&str>) -> Arc<Semaphore> {
+        match group {
+            None => self.blocking.clone(),
+            Some(group) => self
+                .group_workers
+                .lock()
+                .entry(group.to_string())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.blocking_workers)))
+                .clone(),
+        }
+    }
 }
 
 /// A shared informer over any [`ListerWatcher`]. Cheap to clone.
@@ -144,6 +171,8 @@ impl SharedIndexInformer {
                 default_resync_period: options.default_resync_period,
                 next_id: AtomicU64::new(1),
                 blocking: Arc::new(Semaphore::new(options.blocking_workers.max(1))),
+                group_workers: Mutex::new(HashMap::new()),
+                blocking_workers: options.blocking_workers.max(1),
                 last_sync_resource_version: Arc::new(Mutex::new(String::new())),
             }),
         }
@@ -242,7 +271,7 @@ impl SharedIndexInformer {
         handler: Box<dyn ResourceEventHandler>,
         options: HandlerOptions,
     ) -> Result<Registration, InformerError> {
-        let HandlerOptions { name, mut resync_period, filter, max_pending } = options;
+        let HandlerOptions { name, mut resync_period, filter, max_pending, group } = options;
         let inner = &self.inner;
         let mut st = inner.state.lock();
         if st.stopped {
@@ -276,7 +305,7 @@ impl SharedIndexInformer {
             determine_resync_period(resync_period, st.resync_check_period),
             tokio::time::Instant::now(),
             upstream,
-            inner.blocking.clone(),
+            inner.workers_of(group.as_deref()),
             inner.processor.log(),
             filter,
             max_pending,

@@ -19,3 +19,4 @@ pub mod plugin;
 pub mod registry;
 pub mod source;
 pub mod wasm_file;
+pub mod workqueue;

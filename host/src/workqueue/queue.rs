@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::Key;
 use super::metrics::{MetricsProvider, QueueMetrics};
@@ -123,7 +123,11 @@ impl<K: Key> Queue<K> {
             processing_changed: Notify::new(),
         });
         if enabled {
-            tokio::spawn(update_unfinished_work_loop(Arc::downgrade(&shared), config.unfinished_work_update_period));
+            // The ticker starts now, not when the task first runs.
+            let period = config.unfinished_work_update_period.max(Duration::from_millis(1));
+            let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+            ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            tokio::spawn(update_unfinished_work_loop(Arc::downgrade(&shared), ticker));
         }
         Queue { shared }
     }
@@ -264,12 +268,9 @@ impl<K: Key> Queue<K> {
     }
 }
 
-/// client-go's `updateUnfinishedWorkLoop`: every `period`, report unfinished
+/// client-go's `updateUnfinishedWorkLoop`: at every tick, report unfinished
 /// work, until the queue shuts down or is dropped.
-async fn update_unfinished_work_loop<K: Key>(shared: Weak<Shared<K>>, period: Duration) {
-    let period = period.max(Duration::from_millis(1));
-    let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+async fn update_unfinished_work_loop<K: Key>(shared: Weak<Shared<K>>, mut ticker: Interval) {
     loop {
         ticker.tick().await;
         let Some(shared) = shared.upgrade() else {

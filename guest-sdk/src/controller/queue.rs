@@ -1,0 +1,12 @@
+//! Asking for more reconciles than the informers cause (the `queue` import).
+
+use std::time::Duration;
+
+use super::bindings::informer_host::plugin::queue as raw;
+
+/// Queues `key` of the controller's primary resource for a reconcile after
+/// `after` (rounded up to a millisecond; zero: as soon as a worker is free).
+/// A key already queued is reconciled once, at the earliest time asked.
+pub fn enqueue(key: &str, after: Duration) {
+    raw::enqueue(key, super::millis(after));
+}

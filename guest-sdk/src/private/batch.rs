@@ -1,0 +1,178 @@
+//! The `on-batch` fast path of handler plugins: the batch's metadata, lent
+//! objects, and `delivery.begin`/`done` around items with visible effects.
+//!
+//! Code that every plugin links (`Object` accessors, `log`) reaches the
+//! `delivery` import only through pointers that [`on_batch`] installs. A
+//! controller never calls `on_batch`, so its component does not import
+//! `delivery`: the `controller` world has no such import and the host would
+//! refuse a component that asked for it.
+
+use std::cell::{Cell, RefCell};
+use std::thread::LocalKey;
+
+use super::{RawObject, State, with};
+use crate::bindings::informer_host::plugin::delivery;
+use crate::{Deleted, Object, ResourceEventHandler, Tombstone};
+
+/// The `delivery` functions called from outside [`on_batch`].
+#[derive(Clone, Copy)]
+struct Delivery {
+    begin: fn(u32),
+    lend: fn(u32) -> RawObject,
+    metadata: fn() -> Vec<u8>,
+}
+
+/// The batch item being handled: its index, and whether the host was
+/// told it is having a visible effect (`delivery.begin`).
+#[derive(Clone, Copy)]
+struct Current {
+    index: u32,
+    begun: bool,
+}
+
+thread_local! {
+    static DELIVERY: Cell<Option<Delivery>> = const { Cell::new(None) };
+    static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
+    static METADATA: RefCell<Option<Metadata>> = const { RefCell::new(None) };
+}
+
+fn installed() -> Delivery {
+    DELIVERY.get().expect("batch slots exist only inside on-batch")
+}
+
+/// The object in `slot` of the batch in flight.
+pub(crate) fn lend(slot: u32) -> RawObject {
+    (installed().lend)(slot)
+}
+
+/// The batch's metadata (`delivery.metadata`), fetched on first use.
+pub struct Metadata {
+    bytes: Vec<u8>,
+    /// Where each slot's record starts.
+    starts: Vec<usize>,
+}
+
+/// Fields before the labels in a slot's record.
+const FIELDS: usize = 7;
+
+impl Metadata {
+    fn fetch() -> Self {
+        let bytes = (installed().metadata)();
+        let mut starts = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            starts.push(at);
+            for _ in 0..FIELDS {
+                at = Self::skip(&bytes, at);
+            }
+            let labels = Self::u32_at(&bytes, at);
+            at += 4;
+            for _ in 0..2 * labels {
+                at = Self::skip(&bytes, at);
+            }
+        }
+        Metadata { bytes, starts }
+    }
+
+    fn u32_at(bytes: &[u8], at: usize) -> usize {
+        u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize
+    }
+
+    /// The position after the string at `at`.
+    fn skip(bytes: &[u8], at: usize) -> usize {
+        match Self::u32_at(bytes, at) {
+            0xffff_ffff => at + 4,
+            len => at + 4 + len,
+        }
+    }
+
+    fn string(&self, at: usize) -> Option<String> {
+        match Self::u32_at(&self.bytes, at) {
+            0xffff_ffff => None,
+            len => Some(String::from_utf8_lossy(&self.bytes[at + 4..at + 4 + len]).into_owned()),
+        }
+    }
+
+    /// Field `field` (0..7, in the WIT's order) of `slot`.
+    pub fn field(&self, slot: u32, field: usize) -> Option<String> {
+        let mut at = self.starts[slot as usize];
+        for _ in 0..field {
+            at = Self::skip(&self.bytes, at);
+        }
+        self.string(at)
+    }
+
+    /// The labels of `slot`.
+    pub fn labels(&self, slot: u32) -> impl Iterator<Item = (String, String)> + '_ {
+        let mut at = self.starts[slot as usize];
+        for _ in 0..FIELDS {
+            at = Self::skip(&self.bytes, at);
+        }
+        let count = Self::u32_at(&self.bytes, at);
+        at += 4;
+        (0..count).map(move |_| {
+            let k = self.string(at).unwrap_or_default();
+            at = Self::skip(&self.bytes, at);
+            let v = self.string(at).unwrap_or_default();
+            at = Self::skip(&self.bytes, at);
+            (k, v)
+        })
+    }
+}
+
+/// Runs `f` on the current batch's metadata, fetching it on first use.
+pub fn with_metadata<R>(f: impl FnOnce(&Metadata) -> R) -> R {
+    METADATA.with(|m| f(m.borrow_mut().get_or_insert_with(Metadata::fetch)))
+}
+
+/// Tells the host, once per batch item, that the item is about to have a
+/// visible effect, so a trap from here on skips exactly this item. Outside
+/// a batch (and in controllers) it does nothing.
+pub fn before_visible_effect() {
+    CURRENT.with(|c| {
+        if let Some(Current { index, begun: false }) = c.get() {
+            (installed().begin)(index);
+            c.set(Some(Current { index, begun: true }));
+        }
+    })
+}
+
+/// Handles a batch in order (`kinds` and slots as in the WIT). Items
+/// that have no visible effect and succeed cost no host call.
+pub fn on_batch<T: ResourceEventHandler>(
+    state: &'static LocalKey<State<T>>,
+    kinds: Vec<u8>,
+    tombstone_keys: Vec<String>,
+) {
+    DELIVERY.set(Some(Delivery { begin: delivery::begin, lend: delivery::lend, metadata: delivery::metadata }));
+    METADATA.with(|m| m.borrow_mut().take());
+    with(state, |handler| {
+        let mut keys = tombstone_keys.into_iter();
+        let mut slot = 0u32;
+        let mut next = || {
+            slot += 1;
+            Object::lent(slot - 1)
+        };
+        for (index, kind) in (0u32..).zip(kinds) {
+            CURRENT.with(|c| c.set(Some(Current { index, begun: false })));
+            let result = match kind {
+                0 | 1 => handler.on_add(&next(), kind == 1),
+                2 => {
+                    let old = next();
+                    handler.on_update(&old, &next())
+                }
+                3 => handler.on_delete(&Deleted::Object(next())),
+                4 => {
+                    let key = keys.next().unwrap_or_default();
+                    handler.on_delete(&Deleted::UnknownFinalState(Tombstone { key, last_known: Some(next()) }))
+                }
+                other => Err(format!("unknown notification kind {other} from the host")),
+            };
+            let begun = CURRENT.with(|c| c.take()).is_some_and(|c| c.begun);
+            if begun || result.is_err() {
+                delivery::done(index, result.as_ref().err().map(String::as_str));
+            }
+        }
+    });
+    METADATA.with(|m| m.borrow_mut().take());
+}

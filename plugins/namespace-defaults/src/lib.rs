@@ -1,0 +1,259 @@
+//! Namespace defaults: every Namespace labelled for a tenant gets a default
+//! ResourceQuota, LimitRange and RoleBinding, owned by the Namespace.
+//!
+//! Informers (names from the config, defaults shown):
+//! - `namespaces` (v1 Namespaces): the primary; reconciled by name.
+//! - `resourcequotas`, `limitranges` (v1), `rolebindings`
+//!   (rbac.authorization.k8s.io/v1): secondaries, which the host maps to
+//!   their owner through the ownerReference this controller sets (so
+//!   deleting or editing one reconciles its Namespace, and
+//!   [`Reconciler::map`] is not needed).
+//!
+//! A reconcile compares each default with the cached object and writes
+//! only when one is missing or differs in a field the config sets (fields
+//! others add, and status, do not count). It writes with server-side apply,
+//! forced: one request creates, restores or repairs an object, no
+//! resourceVersion is needed (the quota controller updates ResourceQuotas'
+//! status all the time), the fields this controller sets are owned by its
+//! field manager and win over other managers', and fields others add to the
+//! objects survive. Nothing is deleted: the Namespace's deletion removes
+//! them, and a Namespace whose label is removed keeps them.
+//!
+//! Write quantities in their canonical form (`500m`, not `0.5`): the API
+//! server stores that form, and a config that differs from it would be
+//! applied again on every resync.
+
+use std::collections::BTreeMap;
+
+use informer_guest::controller::kube::{self, DeleteOptions, Patch, Target};
+use informer_guest::controller::{Action, Reconciler, stores};
+use informer_guest::{Config, Object, info};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Settings {
+    /// The label that marks a tenant's Namespace; its value is the tenant.
+    tenant_label: String,
+    /// Informer names.
+    namespaces: String,
+    resourcequotas: String,
+    limitranges: String,
+    rolebindings: String,
+    /// The defaults; `null` leaves that kind alone.
+    resource_quota: Option<QuotaSettings>,
+    limit_range: Option<LimitSettings>,
+    role_binding: Option<BindingSettings>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaSettings {
+    name: String,
+    /// `spec.hard`: resource name to quantity.
+    hard: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitSettings {
+    name: String,
+    /// `spec.limits`, as in a LimitRange.
+    limits: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BindingSettings {
+    name: String,
+    /// The ClusterRole granted in the Namespace.
+    cluster_role: String,
+    /// RBAC subjects (`kind`: User, Group or ServiceAccount; `name`;
+    /// `namespace` for a ServiceAccount). `{tenant}` in a name becomes the
+    /// tenant label's value.
+    subjects: Vec<Subject>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Subject {
+    kind: String,
+    name: String,
+    namespace: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let quantities = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Settings {
+            tenant_label: "informer-host.dev/tenant".into(),
+            namespaces: "namespaces".into(),
+            resourcequotas: "resourcequotas".into(),
+            limitranges: "limitranges".into(),
+            rolebindings: "rolebindings".into(),
+            resource_quota: Some(QuotaSettings {
+                name: "tenant-default".into(),
+                hard: quantities(&[("pods", "50"), ("requests.cpu", "8"), ("requests.memory", "16Gi")]),
+            }),
+            limit_range: Some(LimitSettings {
+                name: "tenant-default".into(),
+                limits: vec![json!({
+                    "type": "Container",
+                    "default": { "cpu": "500m", "memory": "512Mi" },
+                    "defaultRequest": { "cpu": "100m", "memory": "128Mi" },
+                })],
+            }),
+            role_binding: Some(BindingSettings {
+                name: "tenant-admins".into(),
+                cluster_role: "admin".into(),
+                subjects: vec![Subject { kind: "Group".into(), name: "tenant:{tenant}".into(), namespace: None }],
+            }),
+        }
+    }
+}
+
+#[derive(Default)]
+struct NamespaceDefaults {
+    settings: Settings,
+}
+
+impl Reconciler for NamespaceDefaults {
+    fn init(&mut self, config: &Config) -> Result<(), String> {
+        self.settings = config.parse()?;
+        Ok(())
+    }
+
+    fn reconcile(&mut self, name: &str) -> Result<Action, String> {
+        let Some(namespace) = stores::get(&self.settings.namespaces, name)? else {
+            return Ok(Action::Done); // deleted: what it owned goes with it
+        };
+        if namespace.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(Action::Done); // terminating: the server refuses new objects in it
+        }
+        let Some(tenant) = namespace.label(&self.settings.tenant_label) else {
+            return Ok(Action::Done); // not a tenant's
+        };
+        for (informer, desired) in self.desired(&namespace, &tenant)? {
+            let target = Target::of_json(&desired).ok_or("a default without a name")?;
+            let current = stores::get(informer, &format!("{name}/{}", target.name))?;
+            let current: Option<Value> = current.map(|c| c.parse()).transpose()?;
+            if current.as_ref().is_some_and(|current| contains(current, &desired)) {
+                continue; // already as configured: no write
+            }
+            // A RoleBinding's roleRef cannot change: replace the binding.
+            if let Some(current) = &current
+                && target.kind == "RoleBinding"
+                && current.get("roleRef") != desired.get("roleRef")
+            {
+                let exactly = DeleteOptions { uid: uid(current), ..DeleteOptions::default() };
+                kube::delete(&target, &exactly)?;
+            }
+            kube::patch(&target, Patch::apply(&desired).force())?;
+            let verb = if current.is_some() { "restored" } else { "created" };
+            info!("{verb} {target} for tenant {tenant}");
+        }
+        Ok(Action::Done)
+    }
+}
+
+impl NamespaceDefaults {
+    /// Each configured default for `namespace`, with the informer that
+    /// caches its kind.
+    fn desired(&self, namespace: &Object, tenant: &str) -> Result<Vec<(&str, Value)>, String> {
+        let s = &self.settings;
+        let uid = namespace.uid().ok_or("a Namespace without a uid")?;
+        let metadata = |name: &str| {
+            json!({
+                "name": name,
+                "namespace": namespace.name(),
+                "labels": { "app.kubernetes.io/managed-by": "namespace-defaults", &s.tenant_label: tenant },
+                "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Namespace", "name": namespace.name(), "uid": uid, "controller": true,
+                }],
+            })
+        };
+        let mut desired = Vec::new();
+        if let Some(quota) = &s.resource_quota {
+            desired.push((
+                s.resourcequotas.as_str(),
+                json!({
+                    "apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata(&quota.name),
+                    "spec": { "hard": quota.hard },
+                }),
+            ));
+        }
+        if let Some(limits) = &s.limit_range {
+            desired.push((
+                s.limitranges.as_str(),
+                json!({
+                    "apiVersion": "v1", "kind": "LimitRange", "metadata": metadata(&limits.name),
+                    "spec": { "limits": limits.limits },
+                }),
+            ));
+        }
+        if let Some(binding) = &s.role_binding {
+            let subjects: Vec<Value> = binding
+                .subjects
+                .iter()
+                .map(|subject| {
+                    // The server fills in apiGroup; setting it keeps the comparison exact.
+                    let api_group = if subject.kind == "ServiceAccount" { "" } else { "rbac.authorization.k8s.io" };
+                    let mut value = json!({
+                        "kind": subject.kind, "apiGroup": api_group, "name": subject.name.replace("{tenant}", tenant),
+                    });
+                    if let Some(ns) = &subject.namespace {
+                        value["namespace"] = json!(ns.replace("{tenant}", tenant));
+                    }
+                    value
+                })
+                .collect();
+            desired.push((s.rolebindings.as_str(), json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": metadata(&binding.name),
+                "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": binding.cluster_role },
+                "subjects": subjects,
+            })));
+        }
+        Ok(desired)
+    }
+}
+
+/// Whether `actual` has every field of `desired` with the same value.
+/// Fields only `actual` has (status, server defaults, others' labels) do
+/// not count; lists must match item by item.
+fn contains(actual: &Value, desired: &Value) -> bool {
+    match (actual, desired) {
+        (Value::Object(actual), Value::Object(desired)) => {
+            desired.iter().all(|(k, d)| actual.get(k).is_some_and(|a| contains(a, d)))
+        }
+        (Value::Array(actual), Value::Array(desired)) => {
+            actual.len() == desired.len() && actual.iter().zip(desired).all(|(a, d)| contains(a, d))
+        }
+        _ => actual == desired,
+    }
+}
+
+fn uid(obj: &Value) -> Option<String> {
+    obj.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned)
+}
+
+informer_guest::export_controller!(NamespaceDefaults);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_fields_do_not_count_but_differences_do() {
+        let desired = json!({"spec": {"hard": {"pods": "50"}}, "subjects": [{"kind": "Group", "name": "a"}]});
+        let actual = json!({
+            "spec": {"hard": {"pods": "50", "services": "5"}},
+            "status": {"used": {"pods": "3"}},
+            "subjects": [{"kind": "Group", "name": "a", "apiGroup": "rbac.authorization.k8s.io"}],
+        });
+        assert!(contains(&actual, &desired));
+        assert!(!contains(&json!({"spec": {"hard": {"pods": "40"}}, "subjects": []}), &desired));
+        let extra_subject = json!({"spec": {"hard": {"pods": "50"}}, "subjects": [{"kind": "Group", "name": "a"}, {"kind": "User", "name": "b"}]});
+        assert!(!contains(&extra_subject, &desired));
+    }
+}

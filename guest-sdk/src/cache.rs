@@ -1,8 +1,9 @@
 //! Read-only access to the informer's cache (the `cache` import).
 //!
 //! The host links this capability only when the plugin's configuration grants
-//! it; a plugin that never calls these functions does not import it. A
-//! controller, which watches several informers, reads them by name through
+//! it; a plugin that never calls these functions does not import it. For a
+//! controller this is its primary informer's cache; it reads every informer
+//! it watches, the primary included, by name through
 //! [`controller::stores`](crate::controller::stores).
 
 use crate::Object;

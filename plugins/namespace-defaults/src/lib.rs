@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use informer_guest::controller::kube::{self, DeleteOptions, Patch, Target};
 use informer_guest::controller::{Action, Reconciler, stores};
-use informer_guest::{Config, Object, info};
+use informer_guest::{Config, info};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -50,6 +50,7 @@ struct Settings {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct QuotaSettings {
+    #[serde(default = "tenant_default")]
     name: String,
     /// `spec.hard`: resource name to quantity.
     hard: BTreeMap<String, String>,
@@ -58,6 +59,7 @@ struct QuotaSettings {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitSettings {
+    #[serde(default = "tenant_default")]
     name: String,
     /// `spec.limits`, as in a LimitRange.
     limits: Vec<Value>,
@@ -66,6 +68,7 @@ struct LimitSettings {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BindingSettings {
+    #[serde(default = "tenant_admins")]
     name: String,
     /// The ClusterRole granted in the Namespace.
     cluster_role: String,
@@ -83,6 +86,14 @@ struct Subject {
     namespace: Option<String>,
 }
 
+fn tenant_default() -> String {
+    "tenant-default".into()
+}
+
+fn tenant_admins() -> String {
+    "tenant-admins".into()
+}
+
 impl Default for Settings {
     fn default() -> Self {
         let quantities = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -93,11 +104,11 @@ impl Default for Settings {
             limitranges: "limitranges".into(),
             rolebindings: "rolebindings".into(),
             resource_quota: Some(QuotaSettings {
-                name: "tenant-default".into(),
+                name: tenant_default(),
                 hard: quantities(&[("pods", "50"), ("requests.cpu", "8"), ("requests.memory", "16Gi")]),
             }),
             limit_range: Some(LimitSettings {
-                name: "tenant-default".into(),
+                name: tenant_default(),
                 limits: vec![json!({
                     "type": "Container",
                     "default": { "cpu": "500m", "memory": "512Mi" },
@@ -105,7 +116,7 @@ impl Default for Settings {
                 })],
             }),
             role_binding: Some(BindingSettings {
-                name: "tenant-admins".into(),
+                name: tenant_admins(),
                 cluster_role: "admin".into(),
                 subjects: vec![Subject { kind: "Group".into(), name: "tenant:{tenant}".into(), namespace: None }],
             }),
@@ -134,7 +145,8 @@ impl Reconciler for NamespaceDefaults {
         let Some(tenant) = namespace.label(&self.settings.tenant_label) else {
             return Ok(Action::Done); // not a tenant's
         };
-        for (informer, desired) in self.desired(&namespace, &tenant)? {
+        let uid = namespace.uid().ok_or("a Namespace without a uid")?;
+        for (informer, desired) in self.desired(name, &uid, &tenant) {
             let target = Target::of_json(&desired).ok_or("a default without a name")?;
             let current = stores::get(informer, &format!("{name}/{}", target.name))?;
             let current: Option<Value> = current.map(|c| c.parse()).transpose()?;
@@ -146,11 +158,11 @@ impl Reconciler for NamespaceDefaults {
                 && target.kind == "RoleBinding"
                 && current.get("roleRef") != desired.get("roleRef")
             {
-                let exactly = DeleteOptions { uid: uid(current), ..DeleteOptions::default() };
+                let exactly = DeleteOptions { uid: uid_of(current), ..DeleteOptions::default() };
                 kube::delete(&target, &exactly)?;
             }
             kube::patch(&target, Patch::apply(&desired).force())?;
-            let verb = if current.is_some() { "restored" } else { "created" };
+            let verb = if current.is_some() { "updated" } else { "created" };
             info!("{verb} {target} for tenant {tenant}");
         }
         Ok(Action::Done)
@@ -158,18 +170,17 @@ impl Reconciler for NamespaceDefaults {
 }
 
 impl NamespaceDefaults {
-    /// Each configured default for `namespace`, with the informer that
-    /// caches its kind.
-    fn desired(&self, namespace: &Object, tenant: &str) -> Result<Vec<(&str, Value)>, String> {
+    /// Each configured default for the Namespace `namespace` (with `uid`)
+    /// of `tenant`, with the informer that caches its kind.
+    fn desired(&self, namespace: &str, uid: &str, tenant: &str) -> Vec<(&str, Value)> {
         let s = &self.settings;
-        let uid = namespace.uid().ok_or("a Namespace without a uid")?;
         let metadata = |name: &str| {
             json!({
                 "name": name,
-                "namespace": namespace.name(),
+                "namespace": namespace,
                 "labels": { "app.kubernetes.io/managed-by": "namespace-defaults", &s.tenant_label: tenant },
                 "ownerReferences": [{
-                    "apiVersion": "v1", "kind": "Namespace", "name": namespace.name(), "uid": uid, "controller": true,
+                    "apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": uid, "controller": true,
                 }],
             })
         };
@@ -214,7 +225,7 @@ impl NamespaceDefaults {
                 "subjects": subjects,
             })));
         }
-        Ok(desired)
+        desired
     }
 }
 
@@ -233,7 +244,7 @@ fn contains(actual: &Value, desired: &Value) -> bool {
     }
 }
 
-fn uid(obj: &Value) -> Option<String> {
+fn uid_of(obj: &Value) -> Option<String> {
     obj.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned)
 }
 
@@ -242,6 +253,40 @@ informer_guest::export_controller!(NamespaceDefaults);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_overrides_defaults_and_null_leaves_a_kind_alone() {
+        let settings: Settings = Config::new(
+            r#"{"resource_quota": {"hard": {"pods": "5"}}, "limit_range": null,
+                "role_binding": {"cluster_role": "edit", "subjects": [{"kind": "ServiceAccount", "name": "ci", "namespace": "{tenant}-ci"}]}}"#,
+        )
+        .parse()
+        .unwrap();
+        let controller = NamespaceDefaults { settings };
+        let desired = controller.desired("team-a", "uid-1", "a");
+        let kinds: Vec<_> = desired.iter().map(|(informer, d)| (*informer, d["kind"].as_str().unwrap())).collect();
+        assert_eq!(kinds, [("resourcequotas", "ResourceQuota"), ("rolebindings", "RoleBinding")]);
+
+        let quota = &desired[0].1;
+        assert_eq!(quota["metadata"]["name"], "tenant-default");
+        assert_eq!(quota["spec"], json!({"hard": {"pods": "5"}}));
+        assert_eq!(
+            quota["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Namespace", "name": "team-a", "uid": "uid-1", "controller": true}])
+        );
+        assert_eq!(quota["metadata"]["labels"]["informer-host.dev/tenant"], "a");
+
+        let binding = &desired[1].1;
+        assert_eq!(binding["roleRef"]["name"], "edit");
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "apiGroup": "", "name": "ci", "namespace": "a-ci"}])
+        );
+        assert_eq!(
+            Target::of_json(binding),
+            Some(Target::namespaced("rbac.authorization.k8s.io/v1", "RoleBinding", "team-a", "tenant-admins"))
+        );
+    }
 
     #[test]
     fn extra_fields_do_not_count_but_differences_do() {

@@ -11,8 +11,8 @@
 //!   delay, it never refuses.
 //! - [`MaxOfRateLimiter`]: the longest delay of several limiters.
 //! - [`WithMaxWaitRateLimiter`]: another limiter's delay, capped.
-//! - [`default_controller_rate_limiter`]: client-go's
-//!   `DefaultControllerRateLimiter`, the max of an exponential limiter
+//! - [`default_controller_rate_limiter`], client-go's
+//!   `DefaultControllerRateLimiter`: the max of an exponential limiter
 //!   (5 ms doubling to 1000 s) and a bucket (10 per second, burst 100);
 //!   [`ControllerRateLimiterConfig`] builds the same with other numbers.
 //!

@@ -70,7 +70,7 @@ impl TokenBucket {
         if st.limit == f64::INFINITY {
             return Duration::ZERO;
         }
-        if !(st.limit > 0.0) {
+        if st.limit.is_nan() || st.limit <= 0.0 {
             // A zero limit: what is left of the burst, then nothing.
             if st.burst >= 1 {
                 st.burst -= 1;

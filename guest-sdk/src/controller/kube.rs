@@ -123,8 +123,11 @@ pub enum Patch {
     /// the patch conditional.
     Json(String),
     /// Server-side apply of `config`, with the plugin's name as field
-    /// manager. `force` takes fields other managers own instead of failing
-    /// with [`KubeError::Conflict`].
+    /// manager. `config` is a partial object naming `apiVersion`, `kind` and
+    /// `metadata.name` (and `namespace`), with only the fields the
+    /// controller owns: a field it owned and leaves out is removed. `force`
+    /// takes fields other managers own instead of failing with
+    /// [`KubeError::Conflict`].
     Apply { config: String, force: bool },
 }
 

@@ -29,6 +29,8 @@ pub(super) struct Route {
     pub(super) ty: usize,
     pub(super) namespace: Option<String>,
     pub(super) name: Option<String>,
+    /// `status` for `.../{name}/status`.
+    pub(super) subresource: Option<String>,
 }
 
 pub(super) fn route(types: &[ResourceType], path: &str) -> Option<Route> {
@@ -38,11 +40,17 @@ pub(super) fn route(types: &[ResourceType], path: &str) -> Option<Route> {
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return None,
     };
-    let (namespace, plural, name) = match rest {
-        ["namespaces", ns, plural] => (Some(*ns), *plural, None),
-        ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
-        [plural] => (None, *plural, None),
-        [plural, name] => (None, *plural, Some(*name)),
+    let (namespace, plural, name, sub) = match rest {
+        // Namespaces' own subresource: /api/v1/namespaces/{name}/status.
+        ["namespaces", name, sub] if group.is_empty() && *sub == "status" => {
+            (None, "namespaces", Some(*name), Some(*sub))
+        }
+        ["namespaces", ns, plural] => (Some(*ns), *plural, None, None),
+        ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), None),
+        ["namespaces", ns, plural, name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
+        [plural] => (None, *plural, None, None),
+        [plural, name] => (None, *plural, Some(*name), None),
+        [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
         _ => return None,
     };
     let ty = types.iter().position(|t| t.group == group && t.version == version && t.plural == plural)?;
@@ -53,34 +61,98 @@ pub(super) fn route(types: &[ResourceType], path: &str) -> Option<Route> {
     if t.namespaced && namespace.is_none() && name.is_some() {
         return None;
     }
-    Some(Route { ty, namespace: namespace.map(Into::into), name: name.map(Into::into) })
+    if sub.is_some_and(|s| s != "status" || !t.status_subresource) {
+        return None;
+    }
+    Some(Route {
+        ty,
+        namespace: namespace.map(Into::into),
+        name: name.map(Into::into),
+        subresource: sub.map(Into::into),
+    })
+}
+
+/// The authorizer's verb for a request.
+fn verb(method: &Method, kind: RequestKind) -> &'static str {
+    match (method, kind) {
+        (_, RequestKind::Watch) => "watch",
+        (_, RequestKind::List) => "list",
+        (_, RequestKind::Get) => "get",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, _) => "delete",
+        _ => "unknown",
+    }
 }
 
 pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-    let uri = req.uri().to_string();
-    let path = req.uri().path().to_string();
-    let query = parse_query(req.uri().query().unwrap_or(""));
+    let (parts, body) = req.into_parts();
+    let uri = parts.uri.to_string();
+    let path = parts.uri.path().to_string();
+    let method = parts.method.clone();
+    let query = parse_query(parts.uri.query().unwrap_or(""));
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    // Bodies are small in tests; reading them first lets the log hold them.
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let param = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let is_watch = match param("watch").map(|w| parse_bool(&w)) {
         None => false,
         Some(Some(b)) => b,
         Some(None) => return Ok(status_response(400, "BadRequest", "watch: invalid boolean value".into())),
     };
-    let (route, kind, failure) = {
+    let impersonate_user = header("impersonate-user");
+    let (route, kind, failure, throttled, denied) = {
         let mut st = shared.state.lock();
         let route = route(&st.types, &path);
-        let kind = match (&route, req.method()) {
+        let kind = match (&route, &method) {
             (Some(r), &Method::GET) if r.name.is_some() => RequestKind::Get,
             (Some(_), &Method::GET) if is_watch => RequestKind::Watch,
             (Some(_), &Method::GET) => RequestKind::List,
+            (Some(_), &Method::POST) => RequestKind::Create,
+            (Some(_), &Method::PUT) => RequestKind::Update,
+            (Some(_), &Method::PATCH) => RequestKind::Patch,
+            (Some(_), &Method::DELETE) => RequestKind::Delete,
+            (None, &Method::GET) if is_discovery_path(&path) => RequestKind::Discovery,
             _ => RequestKind::Other,
         };
-        let rec =
-            RecordedRequest { method: req.method().to_string(), uri, path: path.clone(), query: query.clone(), kind };
+        let rec = RecordedRequest {
+            method: method.to_string(),
+            uri,
+            path: path.clone(),
+            query: query.clone(),
+            kind,
+            content_type: header("content-type"),
+            impersonate_user: impersonate_user.clone(),
+            impersonate_groups: parts
+                .headers
+                .get_all("impersonate-group")
+                .iter()
+                .filter_map(|v| v.to_str().ok().map(str::to_string))
+                .collect(),
+            user_agent: header("user-agent"),
+            body: String::from_utf8_lossy(&body).into_owned(),
+        };
+        let throttled = take_throttle(&mut st.throttles, &rec);
         let failure = st.failures.iter().position(|f| (f.matches)(&rec)).map(|i| st.failures.remove(i).code);
         st.requests.push(rec);
-        (route, kind, failure)
+        // Authorization comes before any handler, as the API server's filter chain has it.
+        let denied = route.as_ref().and_then(|r| {
+            let ty = &st.types[r.ty];
+            let a = Attributes {
+                ty,
+                verb: verb(&method, kind),
+                namespace: r.namespace.as_deref(),
+                name: r.name.as_deref().unwrap_or(""),
+                subresource: r.subresource.as_deref(),
+            };
+            authorize(&st.users, impersonate_user.as_deref(), &a).err()
+        });
+        (route, kind, failure, throttled, denied)
     };
+    if let Some(retry_after) = throttled {
+        return Ok(too_many_requests(retry_after));
+    }
     if let Some(code) = failure {
         let message = match code {
             410 => "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response to continue with a possibly inconsistent result.".to_string(),
@@ -88,15 +160,14 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
         };
         return Ok(status_response(code, reason_for(code), message));
     }
+    if kind == RequestKind::Discovery {
+        return Ok(serve_discovery(&shared, &path));
+    }
     let Some(route) = route else {
         return Ok(status_response(404, "NotFound", "the server could not find the requested resource".into()));
     };
-    if req.method() != Method::GET {
-        return Ok(status_response(
-            405,
-            "MethodNotAllowed",
-            format!("{} is not supported by this server", req.method()),
-        ));
+    if let Some(denied) = denied {
+        return Ok(denied.response());
     }
     Ok(match kind {
         RequestKind::Watch => {
@@ -105,9 +176,27 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
             serve_watch(&shared, &route, &query)
         }
         RequestKind::Get => serve_get(&shared, &route),
-        _ => serve_list(&shared, &route, &query),
+        RequestKind::List => serve_list(&shared, &route, &query),
+        RequestKind::Create | RequestKind::Update | RequestKind::Patch | RequestKind::Delete => {
+            let content_type = header("content-type").unwrap_or_default();
+            let user_agent = header("user-agent").unwrap_or_default();
+            let write = WriteRequest {
+                route: &route,
+                query: &query,
+                content_type: content_type.split(';').next().unwrap_or("").trim(),
+                user_agent: &user_agent,
+                body: &body,
+            };
+            serve_write(&shared, &method, &write)
+        }
+        _ => status_response(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource".into(),
+        ),
     })
 }
+
 pub(super) fn json_response(code: StatusCode, body: String) -> Response<Body> {
     Response::builder()
         .status(code)

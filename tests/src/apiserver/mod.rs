@@ -59,9 +59,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+mod authz;
+mod discovery;
 mod faults;
 mod http;
 mod list_watch;
+mod managed;
+mod patch;
 mod requests;
 mod resources;
 mod selectors;
@@ -69,13 +73,19 @@ mod status;
 mod store;
 #[cfg(test)]
 mod tests;
+mod validation;
+mod writes;
 
+use authz::*;
+use discovery::*;
 use faults::*;
 use http::*;
 use list_watch::*;
 use status::*;
 use store::*;
+use writes::*;
 
+pub use authz::Rule;
 pub use list_watch::GoneStyle;
 pub use requests::{RecordedRequest, RequestKind};
 pub use resources::ResourceType;
@@ -88,6 +98,9 @@ struct Shared {
     /// `true` while new watch requests are held back.
     hold: watch::Sender<bool>,
     open_watches: AtomicUsize,
+    /// The accept loop; `None` while connections are refused.
+    accept_task: Mutex<Option<JoinHandle<()>>>,
+    addr: SocketAddr,
 }
 
 /// The running fixture. Dropping it stops the server and closes every
@@ -105,14 +118,20 @@ struct Shared {
 pub struct ApiServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
-    task: JoinHandle<()>,
 }
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = self.shared.accept_task.lock().take() {
+            task.abort();
+        }
         self.shared.state.lock().watchers.clear();
     }
+}
+
+/// A Namespace object.
+pub fn namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 }
 
 /// A ConfigMap object with labels and data.
@@ -140,6 +159,9 @@ impl ApiServer {
                     ResourceType::secrets(),
                     ResourceType::namespaces(),
                     ResourceType::deployments(),
+                    ResourceType::core_events(),
+                    ResourceType::events(),
+                    ResourceType::custom_resource_definitions(),
                 ],
                 rv: 1,
                 compacted: 1,
@@ -149,14 +171,18 @@ impl ApiServer {
                 watchers: Vec::new(),
                 requests: Vec::new(),
                 failures: Vec::new(),
+                throttles: Vec::new(),
+                users: BTreeMap::new(),
                 gone_style: GoneStyle::default(),
                 next_uid: 1,
             }),
             hold: watch::Sender::new(false),
             open_watches: AtomicUsize::new(0),
+            accept_task: Mutex::new(None),
+            addr,
         });
-        let task = tokio::spawn(accept_loop(listener, shared.clone()));
-        ApiServer { shared, addr, task }
+        *shared.accept_task.lock() = Some(tokio::spawn(accept_loop(listener, shared.clone())));
+        ApiServer { shared, addr }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -175,12 +201,12 @@ impl ApiServer {
         kube::Client::try_from(self.config()).expect("kube client")
     }
 
-    /// Serves another resource type (e.g. a custom resource).
+    /// Serves another resource type (e.g. a custom resource); it appears in
+    /// discovery at once. Registering a type again (same group, version and
+    /// plural) replaces its definition. Creating a `CustomResourceDefinition`
+    /// registers its types the same way.
     pub fn register(&self, ty: ResourceType) {
-        let mut st = self.shared.state.lock();
-        if !st.types.contains(&ty) {
-            st.types.push(ty);
-        }
+        self.shared.state.lock().register(ty);
     }
 
     /// The current resourceVersion (of the last change, in any resource).
@@ -199,10 +225,14 @@ impl ApiServer {
             bail!("AlreadyExists: {} {:?} already exists", st.types[key.ty].plural, key.name);
         }
         st.rv += 1;
-        st.next_uid += 1;
+        let uid = st.new_uid();
+        let tracks_generation = st.types[key.ty].generation;
         let meta = obj["metadata"].as_object_mut().expect("metadata");
-        meta.insert("uid".into(), json!(format!("00000000-0000-4000-8000-{:012x}", st.next_uid)));
+        meta.insert("uid".into(), json!(uid));
         meta.insert("creationTimestamp".into(), json!(rfc3339_now()));
+        if tracks_generation {
+            meta.entry("generation").or_insert(json!(1));
+        }
         meta.insert("resourceVersion".into(), json!(st.rv.to_string()));
         Ok(st.commit(Change::Added, key, obj, None))
     }
@@ -348,6 +378,15 @@ impl ApiServer {
     }
     pub fn request_count(&self) -> usize {
         self.shared.state.lock().requests.len()
+    }
+    /// The writes (create, update, patch, delete) received so far, including
+    /// refused and dry-run ones.
+    pub fn writes(&self) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(RecordedRequest::is_write).collect()
+    }
+    /// Forgets the requests received so far (e.g. after seeding).
+    pub fn clear_requests(&self) {
+        self.shared.state.lock().requests.clear();
     }
     /// The list requests received so far.
     pub fn lists(&self) -> Vec<RecordedRequest> {

@@ -1,12 +1,23 @@
-//! The request log: what the server received, in order, for tests to assert on.
+//! The request log: what the server received, in order, for tests to assert on
+//! ("no request was sent", "`dryRun=All` was sent", "as user `bob`").
 
 /// What a request asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
     List,
     Watch,
-    /// `GET` of one object.
+    /// `GET` of one object (or of its `status` subresource).
     Get,
+    /// `POST` to a collection.
+    Create,
+    /// `PUT` of one object (or of its `status`).
+    Update,
+    /// `PATCH` of one object (or of its `status`).
+    Patch,
+    /// `DELETE` of one object.
+    Delete,
+    /// `GET /api`, `/apis`, `/api/v1`, `/apis/{group}[/{version}]`, `/version`.
+    Discovery,
     /// Anything else (unknown paths, other methods).
     Other,
 }
@@ -21,6 +32,16 @@ pub struct RecordedRequest {
     /// Decoded query parameters, in order.
     pub query: Vec<(String, String)>,
     pub kind: RequestKind,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<String>,
+    /// The `Impersonate-User` header, if any.
+    pub impersonate_user: Option<String>,
+    /// Every `Impersonate-Group` header, in order.
+    pub impersonate_groups: Vec<String>,
+    /// The `User-Agent` header, if any.
+    pub user_agent: Option<String>,
+    /// The request body (lossy UTF-8; empty for reads).
+    pub body: String,
 }
 
 impl RecordedRequest {
@@ -33,5 +54,22 @@ impl RecordedRequest {
     }
     pub fn is_list(&self) -> bool {
         self.kind == RequestKind::List
+    }
+    /// A create, update, patch or delete.
+    pub fn is_write(&self) -> bool {
+        matches!(self.kind, RequestKind::Create | RequestKind::Update | RequestKind::Patch | RequestKind::Delete)
+    }
+    /// Whether the request asked for a dry run: `dryRun=All` in the query, or
+    /// (for a `DELETE`, whose options travel in the body) `"dryRun":["All"]`.
+    pub fn is_dry_run(&self) -> bool {
+        self.query.iter().any(|(k, v)| k == "dryRun" && v == "All")
+            || serde_json::from_str::<serde_json::Value>(&self.body)
+                .ok()
+                .and_then(|b| b.get("dryRun").and_then(|d| d.as_array()).cloned())
+                .is_some_and(|d| d.iter().any(|v| v == "All"))
+    }
+    /// The body parsed as JSON, if it is JSON.
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_str(&self.body).ok()
     }
 }

@@ -41,10 +41,21 @@ pub(super) struct State {
     pub(super) watchers: Vec<mpsc::UnboundedSender<Signal>>,
     pub(super) requests: Vec<RecordedRequest>,
     pub(super) failures: Vec<Failure>,
+    pub(super) throttles: Vec<Throttle>,
+    /// Rules granted to impersonated users.
+    pub(super) users: BTreeMap<String, Vec<Rule>>,
     pub(super) gone_style: GoneStyle,
     pub(super) next_uid: u64,
 }
 impl State {
+    /// Serves `ty`, replacing a type with the same group, version and plural.
+    pub(super) fn register(&mut self, ty: ResourceType) {
+        match self.types.iter().position(|t| t.group == ty.group && t.version == ty.version && t.plural == ty.plural) {
+            Some(i) => self.types[i] = ty,
+            None => self.types.push(ty),
+        }
+    }
+
     pub(super) fn type_of(&self, api_version: &str, kind: &str) -> anyhow::Result<usize> {
         self.types
             .iter()
@@ -75,6 +86,14 @@ impl State {
     /// Applies one change (its resourceVersion already stamped as `self.rv`)
     /// and tells every watch.
     pub(super) fn commit(&mut self, change: Change, key: Key, obj: Value, prev: Option<Arc<Value>>) -> Value {
+        let ty = &self.types[key.ty];
+        if change != Change::Deleted && ty.kind == "CustomResourceDefinition" && ty.group == "apiextensions.k8s.io" {
+            // The apiextensions server starts serving a CRD's resource once it
+            // is established; here, at once.
+            for t in discovery::crd_types(&obj) {
+                self.register(t);
+            }
+        }
         let object = Arc::new(obj);
         match change {
             Change::Deleted => self.objects.remove(&key),

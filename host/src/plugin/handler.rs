@@ -243,6 +243,8 @@ impl WasmHandler {
     fn describe_counting(&self, e: &wasmtime::Error, store: &Store<Sandbox>, factor: u32, count: bool) -> String {
         let stats = &self.shared.stats;
         let limits = &self.spec.limits;
+        // The cause, not the backtrace context wasmtime wraps it in.
+        let violation = e.downcast_ref::<ProtocolViolation>().map(ToString::to_string);
         let (counter, mut msg) = match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => {
                 let fuel = limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
@@ -252,10 +254,11 @@ impl WasmHandler {
                 &stats.traps_deadline,
                 format!("deadline of {:?} per call exceeded", limits.deadline_per_call.saturating_mul(factor)),
             ),
-            _ if e.downcast_ref::<ProtocolViolation>().is_some() => (&stats.traps_protocol, format!("{e}")),
-            _ if store.data().limiter.refused => {
-                (&stats.traps_memory, format!("memory cap of {} bytes reached ({e})", limits.memory_bytes))
-            }
+            _ if violation.is_some() => (&stats.traps_protocol, violation.unwrap_or_default()),
+            _ if store.data().limiter.refused => (
+                &stats.traps_memory,
+                format!("memory cap of {} bytes reached ({})", limits.memory_bytes, e.root_cause()),
+            ),
             Some(t) => (&stats.traps_other, format!("trap: {t}")),
             None => (&stats.traps_other, format!("{e:#}")),
         };

@@ -424,8 +424,9 @@ fn cached_compile(cache: &Path, wasm: &Path) -> PathBuf {
 /// the plugin. Opened for writing and closed, it reads as empty: the
 /// component is compiled anew and its `init` panics, so it ends as failed.
 ///
-/// (A plugin whose `init` spins until its deadline would show the same
-/// without the FIFO; no test plugin does that yet.)
+/// (`spin` with `in_init = true` makes a load that lasts its whole init
+/// budget, but the checks made while it loads would then race that budget;
+/// the FIFO holds the load exactly until the test lets it go.)
 fn slow_loading_demo() -> (Demo, PathBuf) {
     let demo = Demo::new();
     let slow = plugin_build::plugin_path("panic-on");

@@ -163,7 +163,8 @@ fn delivery_calls_outside_a_batch_trap() {
 #[tokio::test(start_paused = true)]
 async fn a_rearm_loop_on_an_informer_is_skipped_logged_and_spares_the_neighbours() {
     traced::init();
-    for how in ["out-of-range", "repeat"] {
+    // `backwards` is an out-of-order `done`: `done(i - 1)` while `i` runs.
+    for how in ["out-of-range", "backwards", "repeat"] {
         let name = format!("informer-rearm-{how}");
         let src = MemorySource::new();
         // The initial list: one batch.
@@ -210,6 +211,30 @@ async fn a_rearm_loop_on_an_informer_is_skipped_logged_and_spares_the_neighbours
 fn rv(src: &MemorySource, name: &str) -> String {
     let key = format!("ns/{name}");
     src.objects().into_iter().find(|o| o.key() == key).unwrap().resource_version().unwrap().to_string()
+}
+
+/// An `init` gets ten calls' budget, and no more: a load whose `init`
+/// spins fails as an init trap, one that needs a few calls' worth loads.
+#[test]
+fn init_has_ten_calls_budget() {
+    let log = Log::default();
+    let mut s = spec("spin-in-init", "spin", &log);
+    s.config_json = json!({"in_init": true}).to_string();
+    s.limits.fuel_per_call = Some(1_000_000);
+    match rt().load(s) {
+        Err(PluginError::InitTrap { message, .. }) => assert!(message.contains("out of fuel"), "{message}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a spinning init should not load"),
+    }
+    // About three calls' fuel in `init`: it loads; the same work in a
+    // notification is stopped.
+    let config = json!({"attack": "slow-init", "spins": 200_000});
+    let mut p = Direct::hostile("slow-init", config.clone(), |l| l.fuel_per_call = Some(1_000_000));
+    let script = json!({"attack": "script", "steps": [{"spin": 200_000}]});
+    let mut q = Direct::hostile("slow-call", script, |l| l.fuel_per_call = Some(1_000_000));
+    assert_eq!(p.handler.on_add(&cm("a"), false), Ok(()));
+    let err = q.handler.on_add(&cm("a"), false).unwrap_err();
+    assert!(matches!(&err, HandlerError::Crashed(m) if m.contains("out of fuel")), "{err:?}");
 }
 
 // ---- Finding 2: what a guest hands the host is bounded ----

@@ -1,6 +1,6 @@
 //! Loops forever when an object named by its config (`{"name": "x"}`)
-//! arrives, until the host stops it by fuel or deadline; otherwise logs like
-//! `recorder`.
+//! arrives, or in `init` with `"in_init": true`, until the host stops it by
+//! fuel or deadline; otherwise logs like `recorder`.
 
 use informer_guest::{Config, Deleted, Object, ResourceEventHandler, describe, info};
 
@@ -9,16 +9,22 @@ use informer_guest::{Config, Deleted, Object, ResourceEventHandler, describe, in
 struct Spin {
     /// The object name that triggers the misbehaviour (`*`: every object).
     name: String,
+    /// Spin in `init` itself (a load that takes its whole init budget).
+    in_init: bool,
 }
 
 impl Spin {
     fn check(&self, name: &str) {
         if !self.name.is_empty() && (name == self.name || self.name == "*") {
-            let mut spins: u64 = 0;
-            loop {
-                spins = std::hint::black_box(spins.wrapping_add(1));
-            }
+            spin();
         }
+    }
+}
+
+fn spin() -> ! {
+    let mut spins: u64 = 0;
+    loop {
+        spins = std::hint::black_box(spins.wrapping_add(1));
     }
 }
 
@@ -26,6 +32,9 @@ impl ResourceEventHandler for Spin {
     fn init(&mut self, config: &Config) -> Result<(), String> {
         *self = config.parse()?;
         info!("init {}", config.as_str());
+        if self.in_init {
+            spin();
+        }
         Ok(())
     }
 

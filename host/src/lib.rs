@@ -4,6 +4,8 @@
 //! - [`informer`]: the engine (client-go's SharedIndexInformer), no wasm.
 //! - [`source`]: where objects come from (memory, manifests, kube).
 //! - [`plugin`]: the wasm runtime that runs each handler in a sandbox.
+//! - [`cluster`]: writes to the cluster (the API server or the embedded
+//!   store), as controllers ask for them.
 //! - [`config`], [`app`], [`metrics`], [`admin`]: the `informer-host` program.
 //! - [`names`]: the one check of plugin, informer and tenant names.
 //! - [`wasm_file`]: reading a component from a path an admin API caller chose.
@@ -11,6 +13,7 @@
 pub mod admin;
 pub mod admin_api;
 pub mod app;
+pub mod cluster;
 pub mod config;
 pub mod informer;
 pub mod metrics;

@@ -680,6 +680,23 @@ async fn test_delaying_shut_down_with_drain() {
     assert_eq!(q.get().await, None);
 }
 
+#[tokio::test(start_paused = true)]
+async fn test_dropping_a_queue_ends_its_tasks() {
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let mp = InMemoryMetrics::new();
+    let q = RateLimitingQueue::with_config(QueueConfig::named("dropped", mp), default_controller_rate_limiter());
+    q.add_after("ns/foo".to_owned(), Duration::from_secs(60));
+    settle().await;
+    // The waiting task and the unfinished-work ticker.
+    assert_eq!(metrics.num_alive_tasks(), before + 2);
+    drop(q);
+    // The waiting task ends at once, the ticker at its next tick.
+    advance(Duration::from_secs(1)).await;
+    settle().await;
+    assert_eq!(metrics.num_alive_tasks(), before);
+}
+
 // ---------------------------------------------------------------------------
 // rate_limiting_queue_test.go
 

@@ -25,6 +25,13 @@
 //! tests run on paused time. A [`DelayingQueue`] (and a [`Queue`] with
 //! metrics) spawns a task, so it must be created inside a Tokio runtime.
 //!
+//! Left out of client-go, deliberately: the pluggable storage behind the
+//! FIFO (`Queue[T]`, `Touch`, used for priority queues); the injectable
+//! clock (Tokio's clock is the clock, paused in tests); the global
+//! `SetProvider` (a provider per queue instead); the fake queues and
+//! `ParallelizeUntil`; `Reservation.Cancel`, `SetLimit` and `SetBurst` of
+//! x/time/rate. Small differences are listed in each module.
+//!
 //! The typical worker, as in client-go's controllers:
 //!
 //! ```no_run

@@ -17,6 +17,8 @@
 //! once the FIFO is empty. [`Queue::shut_down_with_drain`] does the same and
 //! then waits until no key is being processed (or until `shutdown` is
 //! called, which forces it to return), as client-go's `ShutDownWithDrain`.
+//! A key that was added during its processing is queued again by `done`
+//! even while shutting down, and the drain waits for that processing too.
 //!
 //! Deliberate differences from client-go: the storage is always a FIFO (no
 //! pluggable `Queue[T]`/`Touch`); and `done` of a key that is not being

@@ -30,11 +30,7 @@ pub(super) fn serve_get(shared: &Shared, route: &Route) -> Response<Body> {
     let key = Key { ty: route.ty, namespace: route.namespace.clone().unwrap_or_default(), name: name.clone() };
     match st.objects.get(&key) {
         Some(obj) => json_response(StatusCode::OK, obj.to_string()),
-        None => {
-            let mut status = status_object(404, "NotFound", format!("{} \"{name}\" not found", ty.plural));
-            status["details"] = json!({"name": name, "kind": ty.plural});
-            json_response(StatusCode::NOT_FOUND, status.to_string())
-        }
+        None => ApiError::not_found(ty, &name).response(),
     }
 }
 

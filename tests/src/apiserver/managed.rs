@@ -161,9 +161,7 @@ fn get_mut<'a>(obj: &'a mut Value, path: &[Elem]) -> Option<&'a mut Value> {
     for e in path {
         cur = match e {
             Elem::Field(f) => cur.get_mut(f)?,
-            Elem::Key(k, v) => {
-                cur.as_array_mut()?.iter_mut().find(|i| i.get(k).is_some_and(|x| same_key(x, v)))?
-            }
+            Elem::Key(k, v) => cur.as_array_mut()?.iter_mut().find(|i| i.get(k).is_some_and(|x| same_key(x, v)))?,
         };
     }
     Some(cur)

@@ -15,6 +15,7 @@ pub mod admin_api;
 pub mod app;
 pub mod cluster;
 pub mod config;
+pub mod controller;
 pub mod informer;
 pub mod metrics;
 pub mod names;

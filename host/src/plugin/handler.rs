@@ -176,12 +176,7 @@ impl WasmHandler {
     /// Fuel and epoch ticks for a call with `factor` times the limits
     /// (saturating: a huge deadline is a long one, never a short one).
     fn budget(&self, factor: u32) -> (u64, u64) {
-        // Fuel is always enabled on the engine; unlimited means "a lot".
-        let fuel = self.spec.limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
-        let deadline = self.spec.limits.deadline_per_call.saturating_mul(factor);
-        let ticks = u64::try_from(deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos())).unwrap_or(u64::MAX);
-        // +1: the next tick may be only an instant away.
-        (fuel, ticks.max(1).saturating_add(1))
+        call_budget(&self.spec.limits, factor)
     }
 
     /// Arms fuel, the deadline and the log budget for a call.
@@ -241,34 +236,7 @@ impl WasmHandler {
     /// fault for: the one-at-a-time delivery after it counts the trap of
     /// the item that is.
     fn describe_counting(&self, e: &wasmtime::Error, store: &Store<Sandbox>, factor: u32, count: bool) -> String {
-        let stats = &self.shared.stats;
-        let limits = &self.spec.limits;
-        // The cause, not the backtrace context wasmtime wraps it in.
-        let violation = e.downcast_ref::<ProtocolViolation>().map(ToString::to_string);
-        let (counter, mut msg) = match e.downcast_ref::<Trap>() {
-            Some(Trap::OutOfFuel) => {
-                let fuel = limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
-                (&stats.traps_fuel, format!("out of fuel ({fuel} per call)"))
-            }
-            Some(Trap::Interrupt) => (
-                &stats.traps_deadline,
-                format!("deadline of {:?} per call exceeded", limits.deadline_per_call.saturating_mul(factor)),
-            ),
-            _ if violation.is_some() => (&stats.traps_protocol, violation.unwrap_or_default()),
-            _ if store.data().limiter.refused => (
-                &stats.traps_memory,
-                format!("memory cap of {} bytes reached ({})", limits.memory_bytes, e.root_cause()),
-            ),
-            Some(t) => (&stats.traps_other, format!("trap: {t}")),
-            None => (&stats.traps_other, format!("{e:#}")),
-        };
-        if count {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(line) = store.data().stderr.last_line() {
-            msg.push_str(&format!(" (stderr: {line})"));
-        }
-        msg
+        describe_trap(e, store, &self.spec.limits, factor, count)
     }
 
     /// A live instance, making a fresh one after a trap.
@@ -454,6 +422,54 @@ impl ResourceEventHandler for WasmHandler {
 
 /// The batch limit after a batch that returned having used `share` of one
 /// call's fuel or deadline (whichever is more).
+/// Fuel and epoch ticks for a call with `factor` times `limits`
+/// (saturating: a huge deadline is a long one, never a short one).
+pub(crate) fn call_budget(limits: &super::Limits, factor: u32) -> (u64, u64) {
+    // Fuel is always enabled on the engine; unlimited means "a lot".
+    let fuel = limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
+    let deadline = limits.deadline_per_call.saturating_mul(factor);
+    let ticks = u64::try_from(deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos())).unwrap_or(u64::MAX);
+    // +1: the next tick may be only an instant away.
+    (fuel, ticks.max(1).saturating_add(1))
+}
+
+/// Names the cause of a trap of a call with `factor` times `limits`, and
+/// (with `count`) counts it in the plugin's trap counters.
+pub(crate) fn describe_trap(
+    e: &wasmtime::Error,
+    store: &Store<Sandbox>,
+    limits: &super::Limits,
+    factor: u32,
+    count: bool,
+) -> String {
+    let stats = &store.data().shared.stats;
+    // The cause, not the backtrace context wasmtime wraps it in.
+    let violation = e.downcast_ref::<ProtocolViolation>().map(ToString::to_string);
+    let (counter, mut msg) = match e.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => {
+            let fuel = limits.fuel_per_call.map_or(u64::MAX, |f| f.saturating_mul(factor as u64));
+            (&stats.traps_fuel, format!("out of fuel ({fuel} per call)"))
+        }
+        Some(Trap::Interrupt) => (
+            &stats.traps_deadline,
+            format!("deadline of {:?} per call exceeded", limits.deadline_per_call.saturating_mul(factor)),
+        ),
+        _ if violation.is_some() => (&stats.traps_protocol, violation.unwrap_or_default()),
+        _ if store.data().limiter.refused => {
+            (&stats.traps_memory, format!("memory cap of {} bytes reached ({})", limits.memory_bytes, e.root_cause()))
+        }
+        Some(t) => (&stats.traps_other, format!("trap: {t}")),
+        None => (&stats.traps_other, format!("{e:#}")),
+    };
+    if count {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(line) = store.data().stderr.last_line() {
+        msg.push_str(&format!(" (stderr: {line})"));
+    }
+    msg
+}
+
 fn next_batch_limit(limit: usize, share: f64) -> usize {
     if share > 0.25 {
         (limit / 2).max(1)

@@ -72,11 +72,11 @@
 //! handler keeps its memory across a panic, state inside the guest is lost
 //! ([`OnTrap::Replay`] re-delivers the cache to rebuild it).
 
-mod bindings;
-mod handler;
-mod log_budget;
-mod runtime;
-mod sandbox;
+pub(crate) mod bindings;
+pub(crate) mod handler;
+pub(crate) mod log_budget;
+pub(crate) mod runtime;
+pub(crate) mod sandbox;
 mod stderr;
 
 use std::path::PathBuf;
@@ -141,8 +141,11 @@ impl Default for Limits {
 pub struct Grants {
     /// The `log` import.
     pub log: bool,
-    /// The `cache` import.
+    /// The `cache` import (and a controller's `stores`).
     pub cache: bool,
+    /// A controller's `kube` import: writes to the cluster, checked against
+    /// its write rules.
+    pub kube: bool,
     /// Real wall and monotonic clocks (otherwise frozen at zero).
     pub clocks: bool,
 }
@@ -150,7 +153,7 @@ pub struct Grants {
 impl Grants {
     /// Every capability.
     pub fn all() -> Self {
-        Grants { log: true, cache: true, clocks: true }
+        Grants { log: true, cache: true, kube: true, clocks: true }
     }
 }
 

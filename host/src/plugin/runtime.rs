@@ -29,9 +29,9 @@ pub const WORLD: &str = "informer-host:plugin/plugin@0.1.0";
 /// `plugin` with the `on-batch` fast path (what the Rust SDK builds).
 pub const BATCHED_WORLD: &str = "informer-host:plugin/batched-plugin@0.1.0";
 const EXPORT: &str = "informer-host:plugin/resource-event-handler";
-const TYPES: &str = "informer-host:plugin/types";
-const LOG: &str = "informer-host:plugin/log";
-const CACHE: &str = "informer-host:plugin/cache";
+pub(crate) const TYPES: &str = "informer-host:plugin/types";
+pub(crate) const LOG: &str = "informer-host:plugin/log";
+pub(crate) const CACHE: &str = "informer-host:plugin/cache";
 
 /// How often the epoch advances; deadlines are rounded up to it.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
@@ -123,7 +123,15 @@ impl PluginRuntime {
         &self.inner.engine
     }
 
-    fn linker(&self, grants: &Grants) -> Result<Arc<Linker<Sandbox>>, PluginError> {
+    /// Keeps the epoch ticker running while an instance of this runtime
+    /// lives.
+    pub(crate) fn ticker(&self) -> Arc<Ticker> {
+        self.inner.ticker.clone()
+    }
+
+    /// The linker for plugins with `grants` (handlers and controllers: an
+    /// import a component does not have is never used).
+    pub(crate) fn linker(&self, grants: &Grants) -> Result<Arc<Linker<Sandbox>>, PluginError> {
         let mut linkers = self.inner.linkers.lock();
         if let Some(l) = linkers.get(grants) {
             return Ok(l.clone());
@@ -139,13 +147,19 @@ impl PluginRuntime {
         if grants.cache {
             informer_host::plugin::cache::add_to_linker::<_, HasSelf<_>>(&mut l, |s| s).map_err(engine_err)?;
         }
+        crate::controller::bindings::add_controller_imports(&mut l, grants).map_err(engine_err)?;
         let l = Arc::new(l);
         linkers.insert(grants.clone(), l.clone());
         Ok(l)
     }
 
     /// Compiles `bytes`, or takes the compiled form from memory or disk.
-    fn compile(&self, spec: &PluginSpec, bytes: &[u8], hash: &str) -> Result<(Component, bool), PluginError> {
+    pub(crate) fn compile(
+        &self,
+        spec: &PluginSpec,
+        bytes: &[u8],
+        hash: &str,
+    ) -> Result<(Component, bool), PluginError> {
         if let Some(c) = self.inner.compiled.lock().get(hash) {
             return Ok((c.clone(), true));
         }
@@ -279,7 +293,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn check_preamble(spec: &PluginSpec, bytes: &[u8]) -> Result<(), PluginError> {
+pub(crate) fn check_preamble(spec: &PluginSpec, bytes: &[u8]) -> Result<(), PluginError> {
     let err = |message: &str| PluginError::NotAComponent {
         plugin: spec.name.clone(),
         file: spec.wasm.clone(),
@@ -311,6 +325,7 @@ impl LoadedPlugin {
             memory_bytes: self.spec.limits.memory_bytes,
             log_granted: self.spec.grants.log,
             log: LogBudget::new(self.spec.limits.log.clone()),
+            controller: None,
         });
         // wasmtime-wasi's synchronous host calls (a guest writing stderr in
         // `init`) block on tokio, which panics on a thread that is driving

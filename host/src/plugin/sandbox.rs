@@ -30,6 +30,8 @@ pub(crate) struct PluginShared {
     pub log_granted: bool,
     /// What `log` and stderr may still write.
     pub log: LogBudget,
+    /// A controller instance's stores, writes and queue.
+    pub controller: Option<Arc<crate::controller::ControllerCtx>>,
 }
 
 /// What the host charges against the memory cap for each object handle an

@@ -1,0 +1,249 @@
+//! Host bindings of the `controller` world and the host side of its
+//! `stores`, `kube` and `queue` imports.
+//!
+//! This module owns the translation between the WIT types and the host's
+//! ([`crate::cluster`]'s requests and errors, the informers' caches); the
+//! shared interfaces (`types`, `log`, `cache`) are the handler world's own
+//! bindings, so an `object` is one type for both worlds. Each call reads the
+//! sandbox of the calling instance only: its [`ControllerCtx`].
+
+use std::time::Duration;
+
+use wasmtime::component::Resource;
+
+use super::ControllerCtx;
+use crate::cluster::{self, Cause, WriteError, WriteRequest};
+use crate::plugin::bindings::{MAX_ERROR_BYTES, ObjectHandle};
+use crate::plugin::log_budget::sanitize;
+use crate::plugin::sandbox::Sandbox;
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "controller",
+    with: {
+        "informer-host:plugin/types": crate::plugin::bindings::informer_host::plugin::types,
+        "informer-host:plugin/log": crate::plugin::bindings::informer_host::plugin::log,
+        "informer-host:plugin/cache": crate::plugin::bindings::informer_host::plugin::cache,
+    },
+    // May trap: handing out object handles past the instance's cap.
+    imports: {
+        "informer-host:plugin/stores": trappable,
+    },
+});
+
+use self::exports::informer_host::plugin::reconciler::Action;
+use self::informer_host::plugin::kube as wit;
+
+/// The `reconciler` interface every controller exports.
+pub const RECONCILER_EXPORT: &str = "informer-host:plugin/reconciler";
+/// The controller-only imports.
+pub const STORES: &str = "informer-host:plugin/stores";
+pub const KUBE: &str = "informer-host:plugin/kube";
+pub const QUEUE: &str = "informer-host:plugin/queue";
+
+/// What a reconcile asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    RequeueAfter(Duration),
+}
+
+impl From<Action> for Outcome {
+    fn from(a: Action) -> Self {
+        match a {
+            Action::Done => Outcome::Done,
+            Action::RequeueAfter(ms) => Outcome::RequeueAfter(Duration::from_millis(ms)),
+        }
+    }
+}
+
+impl Sandbox {
+    fn controller(&self) -> &ControllerCtx {
+        // Only controller instances link these imports, and every
+        // controller instance's sandbox carries its context.
+        self.shared.controller.as_deref().expect("a controller import called outside a controller instance")
+    }
+}
+
+fn target(t: wit::Target) -> cluster::Target {
+    cluster::Target { api_version: t.api_version, kind: t.kind, namespace: t.namespace, name: t.name }
+}
+
+/// Parses JSON text from the guest; a parse error is the guest's mistake,
+/// answered as `bad-request` (never a trap).
+fn json(text: &str) -> Result<serde_json::Value, WriteError> {
+    serde_json::from_str(text).map_err(|e| WriteError::BadRequest(format!("the object is not JSON: {e}")))
+}
+
+fn patch(p: wit::PatchBody) -> Result<cluster::Patch, WriteError> {
+    Ok(match p {
+        wit::PatchBody::Merge(t) => cluster::Patch::Merge(json(&t)?),
+        wit::PatchBody::Json(t) => cluster::Patch::Json(json(&t)?),
+        wit::PatchBody::Apply(a) => cluster::Patch::Apply { config: json(&a.config)?, force: a.force },
+    })
+}
+
+fn to_wit(e: WriteError) -> wit::KubeError {
+    let cut = |s: String| sanitize(&s, MAX_ERROR_BYTES).into_owned();
+    match e {
+        WriteError::NotFound(m) => wit::KubeError::NotFound(cut(m)),
+        WriteError::AlreadyExists(m) => wit::KubeError::AlreadyExists(cut(m)),
+        WriteError::Conflict(m) => wit::KubeError::Conflict(cut(m)),
+        WriteError::Forbidden(m) => wit::KubeError::Forbidden(cut(m)),
+        WriteError::Invalid { message, causes } => wit::KubeError::Invalid(wit::Invalid {
+            message: cut(message),
+            causes: causes
+                .into_iter()
+                .take(64)
+                .map(|Cause { reason, message, field }| wit::Cause {
+                    reason: cut(reason),
+                    message: cut(message),
+                    field: cut(field),
+                })
+                .collect(),
+        }),
+        WriteError::RateLimited { message, retry_after_seconds } => {
+            wit::KubeError::RateLimited(wit::RateLimited { message: cut(message), retry_after_seconds })
+        }
+        WriteError::Timeout(m) => wit::KubeError::Timeout(cut(m)),
+        WriteError::BadRequest(m) => wit::KubeError::BadRequest(cut(m)),
+        WriteError::ServerError { code, message } => {
+            wit::KubeError::ServerError(wit::ServerError { code, message: cut(message) })
+        }
+    }
+}
+
+impl Sandbox {
+    /// Sends one write through the controller's guard, blocking this
+    /// (blocking-pool) thread until it is answered.
+    fn write(&mut self, request: Result<WriteRequest, WriteError>) -> Result<Option<String>, wit::KubeError> {
+        let request = request.map_err(to_wit)?;
+        let ctx = self.controller();
+        let answer = ctx.runtime.block_on(ctx.guard.write(request));
+        answer.map(|v| v.map(|v| v.to_string())).map_err(to_wit)
+    }
+
+    fn write_object(&mut self, request: Result<WriteRequest, WriteError>) -> Result<String, wit::KubeError> {
+        self.write(request).map(Option::unwrap_or_default)
+    }
+}
+
+impl wit::Host for Sandbox {
+    fn create(&mut self, object: String) -> Result<String, wit::KubeError> {
+        self.write_object(json(&object).map(WriteRequest::Create))
+    }
+
+    fn replace(&mut self, object: String) -> Result<String, wit::KubeError> {
+        self.write_object(json(&object).map(WriteRequest::Replace))
+    }
+
+    fn patch(&mut self, t: wit::Target, p: wit::PatchBody) -> Result<String, wit::KubeError> {
+        self.write_object(patch(p).map(|patch| WriteRequest::Patch { target: target(t), patch }))
+    }
+
+    fn delete(&mut self, t: wit::Target, o: wit::DeleteOptions) -> Result<Option<String>, wit::KubeError> {
+        let propagation = o.propagation.map(|p| match p {
+            wit::Propagation::Orphan => cluster::Propagation::Orphan,
+            wit::Propagation::Background => cluster::Propagation::Background,
+            wit::Propagation::Foreground => cluster::Propagation::Foreground,
+        });
+        let options = cluster::DeleteOptions { uid: o.uid, resource_version: o.resource_version, propagation };
+        self.write(Ok(WriteRequest::Delete { target: target(t), options }))
+    }
+
+    fn replace_status(&mut self, object: String) -> Result<String, wit::KubeError> {
+        self.write_object(json(&object).map(WriteRequest::ReplaceStatus))
+    }
+
+    fn patch_status(&mut self, t: wit::Target, p: wit::PatchBody) -> Result<String, wit::KubeError> {
+        self.write_object(patch(p).map(|patch| WriteRequest::PatchStatus { target: target(t), patch }))
+    }
+
+    fn record_event(
+        &mut self,
+        involved: wit::Target,
+        event_type: wit::EventType,
+        reason: String,
+        message: String,
+    ) -> Result<(), wit::KubeError> {
+        let event_type = match event_type {
+            wit::EventType::Normal => cluster::EventType::Normal,
+            wit::EventType::Warning => cluster::EventType::Warning,
+        };
+        // An Event's note is at most 1 KiB on the API server.
+        let message = sanitize(&message, 1024).into_owned();
+        let reason = sanitize(&reason, 128).into_owned();
+        self.write(Ok(WriteRequest::RecordEvent { involved: target(involved), event_type, reason, message }))
+            .map(|_| ())
+    }
+}
+
+impl self::informer_host::plugin::queue::Host for Sandbox {
+    fn enqueue(&mut self, key: String, after_ms: u64) {
+        let ctx = self.controller();
+        (ctx.enqueue)(key, Duration::from_millis(after_ms));
+    }
+}
+
+impl self::informer_host::plugin::stores::Host for Sandbox {
+    fn get(
+        &mut self,
+        informer: String,
+        key: String,
+    ) -> wasmtime::Result<Result<Option<Resource<ObjectHandle>>, String>> {
+        let found = match self.controller().store(&informer) {
+            Ok(view) => view.get(&key),
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(Ok(match found {
+            Some(obj) => Some(self.push_object(obj)?),
+            None => None,
+        }))
+    }
+
+    fn list(
+        &mut self,
+        informer: String,
+        namespace: Option<String>,
+    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, String>> {
+        let objects = match self.controller().store(&informer) {
+            Ok(view) => view.list(namespace.as_deref()),
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(Ok(objects.into_iter().map(|o| self.push_object(o)).collect::<wasmtime::Result<_>>()?))
+    }
+
+    fn by_index(
+        &mut self,
+        informer: String,
+        index: String,
+        value: String,
+    ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, String>> {
+        let objects = match self
+            .controller()
+            .store(&informer)
+            .and_then(|v| v.by_index(&index, &value).map_err(|e| e.to_string()))
+        {
+            Ok(objects) => objects,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(Ok(objects.into_iter().map(|o| self.push_object(o)).collect::<wasmtime::Result<_>>()?))
+    }
+}
+
+/// Adds the controller-only imports a plugin with `grants` may use to a
+/// linker: `queue` always, `stores` with `cache`, `kube` with `kube`.
+pub(crate) fn add_controller_imports(
+    l: &mut wasmtime::component::Linker<Sandbox>,
+    grants: &crate::plugin::Grants,
+) -> wasmtime::Result<()> {
+    use wasmtime::component::HasSelf;
+    self::informer_host::plugin::queue::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    if grants.cache {
+        self::informer_host::plugin::stores::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    }
+    if grants.kube {
+        self::informer_host::plugin::kube::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    }
+    Ok(())
+}

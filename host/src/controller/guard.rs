@@ -1,0 +1,231 @@
+//! The write guard: what the host checks before a controller's write
+//! leaves, in this order, and what it records after.
+//!
+//! 1. The plugin's declared [`WriteRule`]s (RBAC's shape: API groups,
+//!    kinds, verbs, optional names). Rules name kinds, not resources: the
+//!    host checks before any request, without asking the server for
+//!    plurals; the API server's RBAC (with impersonation) speaks resources.
+//! 2. Its tenant's namespaces ([`NamespaceScope`]): a write outside them,
+//!    or to a cluster-scoped object when the tenant may not, is refused.
+//! 3. Its client-side QPS and burst (a token bucket on Tokio's clock; a
+//!    write waits for its token, and one that would wait past its timeout
+//!    is refused as rate limited).
+//! 4. The write itself, within a timeout, with the plugin's name as field
+//!    manager, `dryRun=All` when configured, and the tenant's identity when
+//!    it impersonates one.
+//!
+//! A refusal is a [`WriteError::Forbidden`] and sends nothing. Every write
+//! is logged (plugin, tenant, verb, object, outcome, latency) and counted
+//! in [`WriteStats`]. This module may not change what a write asks for.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::cluster::{ClusterWriter, Target, WriteError, WriteParams, WriteRequest};
+use crate::workqueue::TokenBucket;
+
+/// One rule of what a plugin may write. An empty list matches nothing; `*`
+/// matches everything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRule {
+    /// API groups (`""`: the core group, `apps`, ...).
+    pub api_groups: Vec<String>,
+    /// Kinds (`Deployment`), and `Deployment/status` for the status
+    /// subresource.
+    pub kinds: Vec<String>,
+    /// `create`, `update`, `patch`, `delete`.
+    pub verbs: Vec<String>,
+    /// Only these object names, when not empty.
+    pub names: Vec<String>,
+}
+
+impl WriteRule {
+    fn allows(&self, target: &Target, verb: &str, subresource: Option<&str>) -> bool {
+        let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+        let kind = match subresource {
+            Some(sub) => format!("{}/{sub}", target.kind),
+            None => target.kind.clone(),
+        };
+        any(&self.api_groups, target.group())
+            && any(&self.kinds, &kind)
+            && any(&self.verbs, verb)
+            && (self.names.is_empty() || self.names.iter().any(|n| n == &target.name))
+    }
+}
+
+/// The namespaces a tenant's plugins may write in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceScope {
+    pub namespaces: Vec<String>,
+    /// Whether cluster-scoped objects (Namespaces, ClusterRoles) may be
+    /// written.
+    pub cluster_scoped: bool,
+}
+
+impl NamespaceScope {
+    fn allows(&self, target: &Target) -> bool {
+        match &target.namespace {
+            Some(ns) => self.namespaces.iter().any(|n| n == ns),
+            None => self.cluster_scoped,
+        }
+    }
+}
+
+/// How a plugin's writes are checked and sent.
+#[derive(Clone)]
+pub struct GuardConfig {
+    /// The plugin's name: the field manager and the log/metrics label.
+    pub plugin: String,
+    pub tenant: Option<String>,
+    pub rules: Vec<WriteRule>,
+    /// `None`: no tenant bound (a plugin without a tenant).
+    pub scope: Option<NamespaceScope>,
+    /// Writes per second and burst (client-go's defaults: 5 and 10).
+    pub qps: f64,
+    pub burst: usize,
+    /// Longest a write may take, waiting for its token included.
+    pub timeout: Duration,
+    pub dry_run: bool,
+    pub impersonate: Option<String>,
+}
+
+impl GuardConfig {
+    /// A plugin's guard with client-go's client defaults (5 QPS, burst
+    /// 10), a 10 s timeout, and no rules (every write refused).
+    pub fn new(plugin: impl Into<String>) -> Self {
+        GuardConfig {
+            plugin: plugin.into(),
+            tenant: None,
+            rules: Vec::new(),
+            scope: None,
+            qps: 5.0,
+            burst: 10,
+            timeout: Duration::from_secs(10),
+            dry_run: false,
+            impersonate: None,
+        }
+    }
+}
+
+/// What a plugin's writes did.
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    /// Writes the server (or the embedded store) accepted.
+    pub succeeded: AtomicU64,
+    /// Writes refused by the host's checks: nothing was sent.
+    pub refused: AtomicU64,
+    /// Writes the server answered with an error, or that timed out.
+    pub failed: AtomicU64,
+    /// Writes sent with `dryRun=All`.
+    pub dry_run: AtomicU64,
+}
+
+/// Checks, sends and records one plugin's writes.
+pub struct WriteGuard {
+    config: GuardConfig,
+    writer: Arc<dyn ClusterWriter>,
+    bucket: TokenBucket,
+    pub stats: WriteStats,
+}
+
+impl WriteGuard {
+    pub fn new(config: GuardConfig, writer: Arc<dyn ClusterWriter>) -> Self {
+        let bucket = TokenBucket::new(config.qps, config.burst);
+        WriteGuard { config, writer, bucket, stats: WriteStats::default() }
+    }
+
+    pub fn config(&self) -> &GuardConfig {
+        &self.config
+    }
+
+    /// Why `request` may not be sent, if it may not.
+    fn refusal(&self, request: &WriteRequest, target: &Target) -> Option<String> {
+        let (verb, sub) = (request.verb(), request.subresource());
+        let what = match sub {
+            Some(s) => format!("{verb} {target} ({s})"),
+            None => format!("{verb} {target}"),
+        };
+        if !self.config.rules.iter().any(|r| r.allows(target, verb, sub)) {
+            return Some(format!("plugin {} has no write rule allowing {what}", self.config.plugin));
+        }
+        if let Some(scope) = &self.config.scope
+            && !scope.allows(target)
+        {
+            let tenant = self.config.tenant.as_deref().unwrap_or("?");
+            return Some(match &target.namespace {
+                Some(ns) => format!("{what}: namespace {ns} is not one of tenant {tenant}'s"),
+                None => format!("{what}: tenant {tenant} may not write cluster-scoped objects"),
+            });
+        }
+        None
+    }
+
+    /// Checks `request`, then sends it; see the module documentation.
+    pub async fn write(&self, request: WriteRequest) -> Result<Option<Value>, WriteError> {
+        let started = tokio::time::Instant::now();
+        let target = request.target()?;
+        let verb = request.verb();
+        let plugin = &self.config.plugin;
+        let tenant = self.config.tenant.as_deref().unwrap_or("");
+        if let Some(why) = self.refusal(&request, &target) {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(plugin = %plugin, tenant, verb, object = %target, "write refused: {why}");
+            return Err(WriteError::Forbidden(why));
+        }
+        let wait = self.bucket.reserve();
+        if wait > self.config.timeout {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            let message = format!(
+                "plugin {plugin} is over its {} writes per second (burst {}): the next slot is in {wait:?}",
+                self.config.qps, self.config.burst
+            );
+            tracing::warn!(plugin = %plugin, tenant, verb, object = %target, "write refused: {message}");
+            return Err(WriteError::RateLimited { message, retry_after_seconds: Some(wait.as_secs().max(1)) });
+        }
+        tokio::time::sleep(wait).await;
+        let params = WriteParams {
+            field_manager: plugin.clone(),
+            dry_run: self.config.dry_run,
+            impersonate: self.config.impersonate.clone(),
+        };
+        let summary = dry_run_summary(&request);
+        let left = self.config.timeout.saturating_sub(started.elapsed());
+        let answer = match tokio::time::timeout(left, self.writer.write(request, params)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(WriteError::Timeout(format!("{verb} {target}: no answer within {:?}", self.config.timeout))),
+        };
+        let latency = started.elapsed();
+        match &answer {
+            Ok(_) if self.config.dry_run => {
+                self.stats.dry_run.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(plugin = %plugin, tenant, verb, object = %target, ?latency, "dry run: would {verb} {target}{summary}");
+            }
+            Ok(_) => {
+                self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(plugin = %plugin, tenant, verb, object = %target, ?latency, "write: {verb} {target}");
+            }
+            Err(e) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(plugin = %plugin, tenant, verb, object = %target, ?latency, "write failed: {e}");
+            }
+        }
+        answer
+    }
+}
+
+/// What a dry-run write would have changed, for its log line.
+fn dry_run_summary(request: &WriteRequest) -> String {
+    let body = match request {
+        WriteRequest::Patch { patch, .. } | WriteRequest::PatchStatus { patch, .. } => match patch {
+            crate::cluster::Patch::Merge(v) | crate::cluster::Patch::Json(v) => v.to_string(),
+            crate::cluster::Patch::Apply { config, .. } => config.to_string(),
+        },
+        WriteRequest::RecordEvent { reason, message, .. } => format!("{reason}: {message}"),
+        _ => return String::new(),
+    };
+    let cut = crate::plugin::sanitize(&body, 512);
+    format!(" with {cut}")
+}

@@ -1,0 +1,451 @@
+//! The runner: a controller's workqueue, its workers, and what feeds them.
+//!
+//! This module owns one running controller: a [`RateLimitingQueue`] of
+//! primary keys (client-go's semantics: a key queued twice is reconciled
+//! once, never by two workers at once, and again after `done` if it
+//! changed meanwhile), `max_concurrent_reconciles` workers each owning an
+//! instance (a trapped one is replaced by a fresh one), and the informer
+//! handlers that enqueue keys. What a reconcile's outcome means is decided
+//! here, as client-go's controllers do it:
+//!
+//! - `done`: `forget` the key (its failures are reset);
+//! - `requeue-after(d)`: `forget`, then `add_after(d)`;
+//! - an error or a trap: `add_rate_limited` (5 ms doubling to 1000 s, and
+//!   an overall 10/s bucket, unless configured otherwise).
+//!
+//! A controller is level-driven, so a trap is not a skipped notification:
+//! the key is reconciled again, in a fresh instance, after its backoff.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::task::JoinHandle;
+
+use super::instance::{ControllerInstance, LoadedController, ReconcileError};
+use super::{ControllerCtx, EnqueueFn, Outcome, WriteGuard};
+use crate::informer::{
+    DeletedObject, Delivery, HandlerError, HandlerOptions, InformerError, Object, ObjectRef, Registration,
+    ResourceEventHandler, SharedIndexInformer,
+};
+use crate::plugin::{CacheView, PluginError, PluginRuntime, PluginSpec, Visibility};
+use crate::workqueue::{ControllerRateLimiterConfig, RateLimitingQueue};
+
+/// Most keys one `map` call may return; more are dropped with a warning.
+pub const MAX_MAPPED_KEYS: usize = 10_000;
+
+/// How a secondary informer's objects become primary keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mapping {
+    /// Through the object's controller owner reference to an object of the
+    /// primary kind (controller-runtime's `Owns`).
+    Owner,
+    /// Through the value of this label: the name of the primary object.
+    Label(String),
+    /// Through the plugin's `map` export.
+    Plugin,
+}
+
+/// A secondary informer of a controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secondary {
+    pub informer: String,
+    pub mapping: Mapping,
+}
+
+/// How a controller runs.
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// The informer whose objects' keys are reconciled.
+    pub primary: String,
+    /// `kind` of the primary objects (owner references name it).
+    pub primary_kind: String,
+    pub secondaries: Vec<Secondary>,
+    /// Workers, each with its own instance (controller-runtime's
+    /// `MaxConcurrentReconciles`).
+    pub max_concurrent_reconciles: usize,
+    pub rate_limiter: ControllerRateLimiterConfig,
+}
+
+impl ControllerOptions {
+    pub fn new(primary: impl Into<String>, primary_kind: impl Into<String>) -> Self {
+        ControllerOptions {
+            primary: primary.into(),
+            primary_kind: primary_kind.into(),
+            secondaries: Vec::new(),
+            max_concurrent_reconciles: 1,
+            rate_limiter: ControllerRateLimiterConfig::default(),
+        }
+    }
+}
+
+/// What a controller's reconciles did.
+#[derive(Debug, Default)]
+pub struct ReconcileStats {
+    pub succeeded: AtomicU64,
+    /// Reconciles that returned an error (requeued with backoff).
+    pub failed: AtomicU64,
+    /// Reconciles that trapped (requeued with backoff, fresh instance).
+    pub trapped: AtomicU64,
+    /// Successful reconciles that asked for a requeue after a delay.
+    pub requeued_after: AtomicU64,
+    /// Keys that could not be mapped because `map` failed.
+    pub map_failures: AtomicU64,
+}
+
+/// Why a controller did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("controller {plugin}: no informer named {informer:?}")]
+    UnknownInformer { plugin: String, informer: String },
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error("controller {plugin}: {source}")]
+    Informer { plugin: String, source: InformerError },
+}
+
+/// A running controller. Dropping it does not stop it: call
+/// [`ControllerRunner::stop`].
+pub struct ControllerRunner {
+    name: String,
+    queue: Arc<RateLimitingQueue<String>>,
+    loaded: Arc<LoadedController>,
+    guard: Arc<WriteGuard>,
+    stats: Arc<ReconcileStats>,
+    registrations: Vec<(SharedIndexInformer, Registration)>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl ControllerRunner {
+    /// Loads the controller in `spec`, registers its handlers on the
+    /// informers (by name in `informers`) and starts its workers. The
+    /// plugin sees only objects `visibility` accepts (its tenant's). Call it
+    /// inside a Tokio runtime; compiling blocks the calling thread.
+    pub fn start(
+        runtime: &PluginRuntime,
+        spec: PluginSpec,
+        informers: &HashMap<String, SharedIndexInformer>,
+        guard: Arc<WriteGuard>,
+        options: ControllerOptions,
+        visibility: Option<Visibility>,
+    ) -> Result<ControllerRunner, ControllerError> {
+        let name = spec.name.clone();
+        let informer = |informer: &str| {
+            informers
+                .get(informer)
+                .cloned()
+                .ok_or_else(|| ControllerError::UnknownInformer { plugin: name.clone(), informer: informer.into() })
+        };
+        let view = |i: &SharedIndexInformer| match &visibility {
+            Some(v) => CacheView::filtered(i.indexer().clone(), v.clone()),
+            None => CacheView::new(i.indexer().clone()),
+        };
+        let primary = informer(&options.primary)?;
+        let mut stores = HashMap::new();
+        stores.insert(options.primary.clone(), view(&primary));
+        for s in &options.secondaries {
+            stores.insert(s.informer.clone(), view(&informer(&s.informer)?));
+        }
+        let queue = Arc::new(RateLimitingQueue::new(options.rate_limiter.build()));
+        let enqueue: EnqueueFn = {
+            let queue = Arc::downgrade(&queue);
+            Arc::new(move |key, after| {
+                if let Some(q) = queue.upgrade() {
+                    if after.is_zero() { q.add(key) } else { q.add_after(key, after) }
+                }
+            })
+        };
+        let ctx = Arc::new(ControllerCtx {
+            runtime: tokio::runtime::Handle::current(),
+            guard: guard.clone(),
+            primary: stores.get(&options.primary).cloned(),
+            stores,
+            enqueue: enqueue.clone(),
+        });
+        let loaded = Arc::new(runtime.load_controller(spec, ctx.clone())?);
+        let stats = Arc::new(ReconcileStats::default());
+        let filter = visibility.clone();
+        let mut registrations = Vec::new();
+        let register = |informer: &SharedIndexInformer, handler: Box<dyn ResourceEventHandler>, what: &str| {
+            let options = HandlerOptions { filter: filter.clone(), ..HandlerOptions::named(format!("{name}/{what}")) };
+            informer
+                .add_event_handler_with_options(handler, options)
+                .map_err(|source| ControllerError::Informer { plugin: name.clone(), source })
+        };
+        let primary_view = ctx.primary.clone().expect("inserted above");
+        registrations.push((
+            primary.clone(),
+            register(&primary, Box::new(Enqueuer { map: KeyMap::Own, enqueue: enqueue.clone() }), "primary")?,
+        ));
+        for s in &options.secondaries {
+            let i = informer(&s.informer)?;
+            let handler: Box<dyn ResourceEventHandler> = match &s.mapping {
+                Mapping::Owner => Box::new(Enqueuer {
+                    map: KeyMap::Owner { kind: options.primary_kind.clone(), primary: primary_view.clone() },
+                    enqueue: enqueue.clone(),
+                }),
+                Mapping::Label(label) => Box::new(Enqueuer {
+                    map: KeyMap::Label { label: label.clone(), primary: primary_view.clone() },
+                    enqueue: enqueue.clone(),
+                }),
+                Mapping::Plugin => Box::new(PluginMapper {
+                    informer: s.informer.clone(),
+                    loaded: loaded.clone(),
+                    ctx: ctx.clone(),
+                    instance: None,
+                    stats: stats.clone(),
+                }),
+            };
+            registrations.push((i.clone(), register(&i, handler, &s.informer)?));
+        }
+        let workers = (0..options.max_concurrent_reconciles.max(1))
+            .map(|_| tokio::spawn(worker(queue.clone(), loaded.clone(), ctx.clone(), stats.clone(), name.clone())))
+            .collect();
+        tracing::info!(plugin = %name, primary = %options.primary, workers = options.max_concurrent_reconciles.max(1), "controller started");
+        Ok(ControllerRunner { name, queue, loaded, guard, stats, registrations, workers })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The controller's workqueue.
+    pub fn queue(&self) -> &RateLimitingQueue<String> {
+        &self.queue
+    }
+
+    pub fn stats(&self) -> &ReconcileStats {
+        &self.stats
+    }
+
+    /// The write guard's counters.
+    pub fn guard(&self) -> &WriteGuard {
+        &self.guard
+    }
+
+    pub fn loaded(&self) -> &LoadedController {
+        &self.loaded
+    }
+
+    /// True once every informer handler of the controller has synced.
+    pub fn has_synced(&self) -> bool {
+        self.registrations.iter().all(|(_, r)| r.has_synced())
+    }
+
+    /// Stops feeding the queue, lets in-flight reconciles finish (client-go's
+    /// `ShutDownWithDrain`), and stops the workers.
+    pub async fn stop(self) {
+        for (informer, reg) in &self.registrations {
+            let _ = informer.remove_event_handler(reg);
+        }
+        self.queue.shut_down_with_drain().await;
+        for w in self.workers {
+            let _ = w.await;
+        }
+        tracing::info!(plugin = %self.name, "controller stopped");
+    }
+}
+
+/// One worker: takes a key, reconciles it in its own instance, and settles
+/// the key in the queue according to the outcome.
+async fn worker(
+    queue: Arc<RateLimitingQueue<String>>,
+    loaded: Arc<LoadedController>,
+    ctx: Arc<ControllerCtx>,
+    stats: Arc<ReconcileStats>,
+    name: String,
+) {
+    let mut instance: Option<ControllerInstance> = None;
+    while let Some(key) = queue.get().await {
+        let (l, c, k) = (loaded.clone(), ctx.clone(), key.clone());
+        let taken = instance.take();
+        let joined = tokio::task::spawn_blocking(move || {
+            let mut inst = match taken {
+                Some(i) => i,
+                None => match l.instance(c) {
+                    Ok(i) => i,
+                    Err(e) => return (None, Err(ReconcileError::Trapped(format!("cannot start an instance: {e}")))),
+                },
+            };
+            let r = inst.reconcile(&k);
+            let keep = !matches!(r, Err(ReconcileError::Trapped(_)));
+            (keep.then_some(inst), r)
+        })
+        .await;
+        let (inst, result) = match joined {
+            Ok(v) => v,
+            Err(e) => (None, Err(ReconcileError::Trapped(format!("reconcile worker failed: {e}")))),
+        };
+        instance = inst;
+        match result {
+            Ok(Outcome::Done) => {
+                stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                queue.forget(&key);
+            }
+            Ok(Outcome::RequeueAfter(after)) => {
+                stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                stats.requeued_after.fetch_add(1, Ordering::Relaxed);
+                queue.forget(&key);
+                queue.add_after(key.clone(), after);
+            }
+            Err(e) => {
+                let counter = match &e {
+                    ReconcileError::Failed(_) => &stats.failed,
+                    ReconcileError::Trapped(_) => &stats.trapped,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                let retries = queue.num_requeues(&key);
+                tracing::warn!(plugin = %name, key = %key, retries, "reconcile failed: {e}; requeued with backoff");
+                queue.add_rate_limited(key.clone());
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+/// How an [`Enqueuer`] turns an object into primary keys.
+enum KeyMap {
+    /// The object's own key (the primary informer).
+    Own,
+    /// Its controller owner reference of `kind`.
+    Owner { kind: String, primary: CacheView },
+    /// The value of `label`.
+    Label { label: String, primary: CacheView },
+}
+
+/// The key of the primary object named `name`, seen from a dependent in
+/// `namespace`: `namespace/name` when the primary is namespaced, `name`
+/// when it is cluster-scoped (a Namespace owning its ResourceQuota). The
+/// primary's cache tells which; if it holds neither (the owner is gone),
+/// the dependent's namespace decides.
+fn primary_key(primary: &CacheView, namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => {
+            let namespaced = format!("{ns}/{name}");
+            if primary.get(&namespaced).is_none() && primary.get(name).is_some() {
+                name.to_string()
+            } else {
+                namespaced
+            }
+        }
+        None => name.to_string(),
+    }
+}
+
+impl KeyMap {
+    fn keys(&self, obj: &Object) -> Vec<String> {
+        match self {
+            KeyMap::Own => vec![obj.key().to_string()],
+            KeyMap::Owner { kind, primary } => {
+                let Some(refs) = obj.pointer_value("/metadata/ownerReferences") else { return Vec::new() };
+                let Some(refs) = refs.as_array() else { return Vec::new() };
+                refs.iter()
+                    .filter(|r| r.get("controller").and_then(|c| c.as_bool()) == Some(true))
+                    .filter(|r| r.get("kind").and_then(|k| k.as_str()) == Some(kind.as_str()))
+                    .filter_map(|r| r.get("name").and_then(|n| n.as_str()))
+                    .map(|name| primary_key(primary, obj.namespace(), name))
+                    .collect()
+            }
+            KeyMap::Label { label, primary } => {
+                obj.label(label).map(|name| vec![primary_key(primary, obj.namespace(), name)]).unwrap_or_default()
+            }
+        }
+    }
+}
+
+/// Enqueues the keys an informer's objects map to, old and new states both
+/// (a changed owner reference or label reconciles the old primary too).
+struct Enqueuer {
+    map: KeyMap,
+    enqueue: EnqueueFn,
+}
+
+impl Enqueuer {
+    fn add(&self, obj: &Object) {
+        for key in self.map.keys(obj) {
+            (self.enqueue)(key, std::time::Duration::ZERO);
+        }
+    }
+}
+
+impl ResourceEventHandler for Enqueuer {
+    fn on_add(&mut self, obj: &ObjectRef, _initial: bool) -> Result<(), HandlerError> {
+        self.add(obj);
+        Ok(())
+    }
+    fn on_update(&mut self, old: &ObjectRef, new: &ObjectRef) -> Result<(), HandlerError> {
+        if !matches!(self.map, KeyMap::Own) {
+            self.add(old);
+        }
+        self.add(new);
+        Ok(())
+    }
+    fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
+        match &self.map {
+            KeyMap::Own => (self.enqueue)(obj.key().to_string(), std::time::Duration::ZERO),
+            _ => self.add(obj.object()),
+        }
+        Ok(())
+    }
+}
+
+/// Maps a secondary informer's objects through the plugin's `map`, in an
+/// instance of its own, on the blocking pool.
+struct PluginMapper {
+    informer: String,
+    loaded: Arc<LoadedController>,
+    ctx: Arc<ControllerCtx>,
+    instance: Option<ControllerInstance>,
+    stats: Arc<ReconcileStats>,
+}
+
+impl PluginMapper {
+    fn map(&mut self, obj: &ObjectRef) -> Result<(), HandlerError> {
+        let inst = match &mut self.instance {
+            Some(i) => i,
+            None => {
+                let i = self
+                    .loaded
+                    .instance(self.ctx.clone())
+                    .map_err(|e| HandlerError::Crashed(format!("cannot start an instance: {e}")))?;
+                self.instance.insert(i)
+            }
+        };
+        match inst.map(&self.informer, obj) {
+            Ok(mut keys) => {
+                if keys.len() > MAX_MAPPED_KEYS {
+                    tracing::warn!(plugin = %self.loaded.spec.name, informer = %self.informer, "map returned {} keys for {}; only the first {MAX_MAPPED_KEYS} are queued", keys.len(), obj.key());
+                    keys.truncate(MAX_MAPPED_KEYS);
+                }
+                for key in keys {
+                    (self.ctx.enqueue)(key, std::time::Duration::ZERO);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.stats.map_failures.fetch_add(1, Ordering::Relaxed);
+                if matches!(e, ReconcileError::Trapped(_)) {
+                    self.instance = None;
+                    return Err(HandlerError::Crashed(e.to_string()));
+                }
+                Err(HandlerError::Failed(e.to_string()))
+            }
+        }
+    }
+}
+
+impl ResourceEventHandler for PluginMapper {
+    fn on_add(&mut self, obj: &ObjectRef, _initial: bool) -> Result<(), HandlerError> {
+        self.map(obj)
+    }
+    fn on_update(&mut self, old: &ObjectRef, new: &ObjectRef) -> Result<(), HandlerError> {
+        self.map(old)?;
+        self.map(new)
+    }
+    fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
+        self.map(obj.object())
+    }
+    fn delivery(&self) -> Delivery {
+        Delivery::Blocking
+    }
+}

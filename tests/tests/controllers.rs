@@ -1,0 +1,309 @@
+//! Controllers on a real informer: the workqueue's outcomes (done,
+//! requeue-after, errors and traps with backoff) and the write guard, with
+//! the `test-controller` plugin.
+//!
+//! Writes go to [`MemoryCluster`], a minimal writer over the memory source
+//! (create, replace with its resourceVersion precondition, merge patch) that
+//! records every request and can be told to answer conflicts: these tests
+//! are about the runner and the guard, not about API-server semantics
+//! (those are tested against the embedded store and the test API server).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use e2e::eventually;
+use e2e::plugins::{Log, Running, runtime, spec};
+use futures::future::BoxFuture;
+use informer_host::cluster::{ClusterWriter, Patch, Target, WriteError, WriteParams, WriteRequest};
+use informer_host::controller::{
+    ControllerOptions, ControllerRunner, GuardConfig, NamespaceScope, WriteGuard, WriteRule,
+};
+use informer_host::informer::SharedIndexInformer;
+use informer_host::plugin::{Grants, Limits};
+use informer_host::source::MemorySource;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+/// Writes into a [`MemorySource`]; see the module documentation.
+#[derive(Clone)]
+struct MemoryCluster {
+    src: MemorySource,
+    requests: Arc<Mutex<Vec<(WriteRequest, WriteParams)>>>,
+    conflicts: Arc<Mutex<usize>>,
+}
+
+impl MemoryCluster {
+    fn new(src: &MemorySource) -> Self {
+        MemoryCluster { src: src.clone(), requests: Default::default(), conflicts: Default::default() }
+    }
+
+    fn requests(&self) -> Vec<(WriteRequest, WriteParams)> {
+        self.requests.lock().clone()
+    }
+
+    fn key(t: &Target) -> String {
+        match &t.namespace {
+            Some(ns) => format!("{ns}/{}", t.name),
+            None => t.name.clone(),
+        }
+    }
+
+    fn apply(&self, request: WriteRequest, dry_run: bool) -> Result<Option<Value>, WriteError> {
+        let stored = |v: Value| -> Result<Option<Value>, WriteError> {
+            if dry_run {
+                return Ok(Some(v));
+            }
+            let o = self.src.apply(v).map_err(|e| WriteError::BadRequest(e.to_string()))?;
+            Ok(Some(serde_json::from_str(o.json()).unwrap()))
+        };
+        match request {
+            WriteRequest::Create(v) => {
+                let key = Self::key(&Target::of(&v)?);
+                if self.src.get(&key).is_some() {
+                    return Err(WriteError::AlreadyExists(key));
+                }
+                stored(v)
+            }
+            WriteRequest::Replace(v) => {
+                let key = Self::key(&Target::of(&v)?);
+                let current = self.src.get(&key).ok_or_else(|| WriteError::NotFound(key.clone()))?;
+                let rv = v.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+                if rv.is_some_and(|rv| Some(rv) != current.resource_version()) {
+                    return Err(WriteError::Conflict(format!("{key}: the object has been modified")));
+                }
+                stored(v)
+            }
+            WriteRequest::Patch { target, patch: Patch::Merge(p) } => {
+                let key = Self::key(&target);
+                let current = self.src.get(&key).ok_or_else(|| WriteError::NotFound(key.clone()))?;
+                let mut v: Value = serde_json::from_str(current.json()).unwrap();
+                merge(&mut v, &p);
+                stored(v)
+            }
+            other => Err(WriteError::BadRequest(format!("MemoryCluster does not do {}", other.verb()))),
+        }
+    }
+}
+
+/// RFC 7386 merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().unwrap();
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+impl ClusterWriter for MemoryCluster {
+    fn write(&self, request: WriteRequest, params: WriteParams) -> BoxFuture<'_, Result<Option<Value>, WriteError>> {
+        self.requests.lock().push((request.clone(), params.clone()));
+        let conflict = {
+            let mut c = self.conflicts.lock();
+            let conflict = *c > 0;
+            *c = c.saturating_sub(1);
+            conflict
+        };
+        Box::pin(async move {
+            if conflict {
+                return Err(WriteError::Conflict(
+                    "the object has been modified; please apply your changes to the latest version and try again"
+                        .into(),
+                ));
+            }
+            self.apply(request, params.dry_run)
+        })
+    }
+}
+
+fn rule(verbs: &[&str]) -> WriteRule {
+    WriteRule {
+        api_groups: vec!["".into()],
+        kinds: vec!["ConfigMap".into()],
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        names: vec![],
+    }
+}
+
+struct Setup {
+    src: MemorySource,
+    run: Running,
+    cluster: MemoryCluster,
+    log: Log,
+}
+
+impl Setup {
+    fn new(objects: &[(&str, &str)]) -> Setup {
+        let src = MemorySource::new();
+        for (ns, name) in objects {
+            src.apply_config_map(ns, name, "v").unwrap();
+        }
+        let run = Running::start(&src);
+        let cluster = MemoryCluster::new(&src);
+        Setup { src, run, cluster, log: Log::default() }
+    }
+
+    fn start(&self, config: Value, guard: GuardConfig, limits: Option<Limits>) -> ControllerRunner {
+        let mut s = spec(&guard.plugin, "test-controller", &self.log);
+        s.grants = Grants { log: true, cache: true, kube: true, ..Grants::default() };
+        s.config_json = config.to_string();
+        if let Some(l) = limits {
+            s.limits = Limits { log: s.limits.log.clone(), ..l };
+        }
+        let informers: HashMap<String, SharedIndexInformer> = [("cms".to_string(), self.run.informer.clone())].into();
+        let guard = Arc::new(WriteGuard::new(guard, Arc::new(self.cluster.clone())));
+        let options = ControllerOptions::new("cms", "ConfigMap");
+        ControllerRunner::start(&runtime(), s, &informers, guard, options, None).unwrap()
+    }
+
+    /// When each `reconcile <key>` line was logged.
+    fn reconciles(&self, key: &str) -> Vec<Instant> {
+        let line = format!("reconcile {key}");
+        self.log.timed_lines().into_iter().filter(|(_, l)| *l == line).map(|(t, _)| t).collect()
+    }
+}
+
+fn guard(name: &str) -> GuardConfig {
+    GuardConfig { rules: vec![rule(&["create", "update", "patch"])], ..GuardConfig::new(name) }
+}
+
+fn gaps(times: &[Instant]) -> Vec<Duration> {
+    times.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_is_reconciled_and_written_once_and_its_own_update_reconciles_to_nothing() {
+    let s = Setup::new(&[("a", "x"), ("a", "y")]);
+    let c = s.start(json!({"label": true}), guard("labeller"), None);
+    eventually("both labelled", || {
+        ["a/x", "a/y"].iter().all(|k| s.src.get(k).is_some_and(|o| o.label("reconciled") == Some("yes")))
+    })
+    .await;
+    // The update each patch caused was reconciled too, and wrote nothing.
+    eventually("reconciles of the updates", || s.reconciles("a/x").len() == 2 && s.reconciles("a/y").len() == 2).await;
+    let writes = s.cluster.requests();
+    assert_eq!(writes.len(), 2, "{writes:#?}");
+    assert!(writes.iter().all(|(r, p)| r.verb() == "patch" && p.field_manager == "labeller" && !p.dry_run));
+    assert_eq!(c.guard().stats.succeeded.load(std::sync::atomic::Ordering::Relaxed), 2);
+    c.stop().await;
+    s.run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_is_requeued_and_the_retry_succeeds() {
+    let s = Setup::new(&[("a", "x")]);
+    *s.cluster.conflicts.lock() = 2;
+    let c = s.start(json!({"label": true, "replace": true}), guard("replacer"), None);
+    eventually("labelled", || s.src.get("a/x").is_some_and(|o| o.label("reconciled") == Some("yes"))).await;
+    let replaces = s.cluster.requests().iter().filter(|(r, _)| r.verb() == "update").count();
+    assert_eq!(replaces, 3, "two conflicts, then the write that succeeded");
+    let failed = s.log.count("write a/x failed: conflict");
+    assert_eq!(failed, 2, "{:#?}", s.log.lines());
+    c.stop().await;
+    s.run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_reconcile_backs_off_exponentially_and_success_forgets_its_failures() {
+    let s = Setup::new(&[("a", "x")]);
+    let c = s.start(json!({"fail": {"a/x": 4}}), guard("failer"), None);
+    eventually("the fifth reconcile", || s.reconciles("a/x").len() == 5).await;
+    let g = gaps(&s.reconciles("a/x"));
+    // client-go's default: 5 ms, doubling per failure of the key.
+    for (gap, min) in g.iter().zip([5, 10, 20, 40]) {
+        assert!(*gap >= Duration::from_millis(min), "gaps {g:?}: want at least 5, 10, 20, 40 ms");
+    }
+    eventually("forgotten after success", || c.queue().num_requeues(&"a/x".to_string()) == 0).await;
+    assert_eq!(c.stats().failed.load(std::sync::atomic::Ordering::Relaxed), 4);
+    c.stop().await;
+    s.run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_after_is_honoured() {
+    let s = Setup::new(&[("a", "x")]);
+    let c = s.start(json!({"requeue_after_ms": {"a/x": 40}}), guard("poller"), None);
+    eventually("three reconciles", || s.reconciles("a/x").len() >= 3).await;
+    let g = gaps(&s.reconciles("a/x"));
+    assert!(g.iter().all(|gap| *gap >= Duration::from_millis(40)), "gaps {g:?}");
+    // A requeue after success is not a failure: no backoff accumulates.
+    assert_eq!(c.queue().num_requeues(&"a/x".to_string()), 0);
+    c.stop().await;
+    s.run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_that_panics_or_spins_is_retried_with_backoff_and_the_other_keys_keep_going() {
+    let s = Setup::new(&[("a", "panics"), ("a", "spins"), ("a", "fine")]);
+    let limits = Limits { deadline_per_call: Duration::from_millis(50), fuel_per_call: None, ..Limits::default() };
+    let config = json!({"panic": {"a/panics": 1}, "spin": "a/spins", "label": true});
+    let c = s.start(config, guard("trapper"), Some(limits));
+    eventually("fine is labelled", || s.src.get("a/fine").is_some_and(|o| o.label("reconciled") == Some("yes"))).await;
+    eventually("retries of both", || s.reconciles("a/panics").len() >= 3 && s.reconciles("a/spins").len() >= 3).await;
+    let g = gaps(&s.reconciles("a/panics"));
+    assert!(g[1] > g[0] || g[1] >= Duration::from_millis(10), "backoff grows: {g:?}");
+    let stats = c.loaded().stats.clone();
+    let ord = std::sync::atomic::Ordering::Relaxed;
+    assert!(c.stats().trapped.load(ord) >= 4, "trapped {}", c.stats().trapped.load(ord));
+    assert!(stats.traps_deadline.load(ord) >= 2 && stats.traps_other.load(ord) >= 2);
+    c.stop().await;
+    s.run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_outside_the_rules_or_the_tenants_namespaces_is_forbidden_and_nothing_is_sent() {
+    let s = Setup::new(&[("a", "x")]);
+    // Rules allow creating ConfigMaps, but the tenant owns only namespace a.
+    let g = GuardConfig {
+        tenant: Some("t".into()),
+        scope: Some(NamespaceScope { namespaces: vec!["a".into()], cluster_scoped: false }),
+        ..guard("intruder")
+    };
+    let c = s.start(json!({"write_to": "b"}), g, None);
+    eventually("three refusals", || c.guard().stats.refused.load(std::sync::atomic::Ordering::Relaxed) >= 3).await;
+    assert!(s.cluster.requests().is_empty(), "{:#?}", s.cluster.requests());
+    assert!(s.src.get("b/x").is_none());
+    c.stop().await;
+
+    // No rule for `create`: refused as well, naming the plugin.
+    let g = GuardConfig { rules: vec![rule(&["patch"])], ..guard("no-create") };
+    let c = s.start(json!({"write_to": "a2"}), g, None);
+    eventually("a refusal", || c.stats().failed.load(std::sync::atomic::Ordering::Relaxed) >= 1).await;
+    assert!(s.cluster.requests().is_empty());
+    assert!(
+        s.log.lines().iter().any(|l| l
+            == "create in a2 failed: forbidden: plugin no-create has no write rule allowing create ConfigMap a2/x"),
+        "{:#?}",
+        s.log.lines()
+    );
+    c.stop().await;
+    s.run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_sends_dry_run_and_changes_nothing() {
+    let s = Setup::new(&[("a", "x")]);
+    let c = s.start(
+        json!({"label": true, "requeue_after_ms": {"a/x": 3600000}}),
+        GuardConfig { dry_run: true, ..guard("careful") },
+        None,
+    );
+    eventually("a dry-run write", || !s.cluster.requests().is_empty()).await;
+    let (r, p) = &s.cluster.requests()[0];
+    assert!(p.dry_run && r.verb() == "patch");
+    assert!(s.src.get("a/x").unwrap().label("reconciled").is_none());
+    assert_eq!(c.guard().stats.dry_run.load(std::sync::atomic::Ordering::Relaxed), 1);
+    c.stop().await;
+    s.run.stop().await;
+}

@@ -229,3 +229,99 @@ fn dry_run_summary(request: &WriteRequest) -> String {
     let cut = crate::plugin::sanitize(&body, 512);
     format!(" with {cut}")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use futures::future::BoxFuture;
+    use serde_json::json;
+
+    use super::*;
+
+    /// Counts what reaches the server; answers every write with its body.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl ClusterWriter for Counting {
+        fn write(&self, _: WriteRequest, _: WriteParams) -> BoxFuture<'_, Result<Option<Value>, WriteError>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    fn patch(ns: &str, name: &str) -> WriteRequest {
+        WriteRequest::Patch {
+            target: Target {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some(ns.into()),
+                name: name.into(),
+            },
+            patch: crate::cluster::Patch::Merge(json!({"data": {"k": "v"}})),
+        }
+    }
+
+    fn config() -> GuardConfig {
+        GuardConfig {
+            rules: vec![WriteRule {
+                api_groups: vec!["".into()],
+                kinds: vec!["ConfigMap".into()],
+                verbs: vec!["patch".into()],
+                names: vec![],
+            }],
+            ..GuardConfig::new("p")
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_qps_cap_holds_and_a_write_past_its_timeout_is_refused_unsent() {
+        let server = Arc::new(Counting::default());
+        let g = WriteGuard::new(
+            GuardConfig { qps: 2.0, burst: 2, timeout: Duration::from_secs(1), ..config() },
+            server.clone(),
+        );
+        let start = tokio::time::Instant::now();
+        // The burst goes at once; then one write every 500 ms.
+        for _ in 0..4 {
+            g.write(patch("a", "x")).await.unwrap();
+        }
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+        assert_eq!(server.0.load(Ordering::Relaxed), 4);
+        // Reserve slots far ahead: a write whose slot is beyond its timeout
+        // is refused as rate limited and never sent.
+        let refused = (0..4).map(|_| g.write(patch("a", "x")));
+        let results = futures::future::join_all(refused).await;
+        assert!(results.iter().any(|r| matches!(r, Err(WriteError::RateLimited { .. }))), "{results:?}");
+        let sent = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(server.0.load(Ordering::Relaxed), 4 + sent);
+        assert_eq!(g.stats.refused.load(Ordering::Relaxed) as usize, results.len() - sent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rules_names_and_scope_are_checked_before_anything_is_sent() {
+        let server = Arc::new(Counting::default());
+        let mut c = config();
+        c.rules[0].names = vec!["x".into()];
+        c.scope = Some(NamespaceScope { namespaces: vec!["a".into()], cluster_scoped: false });
+        c.tenant = Some("t".into());
+        let g = WriteGuard::new(c, server.clone());
+        assert!(g.write(patch("a", "x")).await.is_ok());
+        let e = g.write(patch("a", "y")).await.unwrap_err();
+        assert_eq!(e, WriteError::Forbidden("plugin p has no write rule allowing patch ConfigMap a/y".into()));
+        let e = g.write(patch("b", "x")).await.unwrap_err();
+        assert_eq!(e, WriteError::Forbidden("patch ConfigMap b/x: namespace b is not one of tenant t's".into()));
+        let status = WriteRequest::PatchStatus {
+            target: Target {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("a".into()),
+                name: "x".into(),
+            },
+            patch: crate::cluster::Patch::Merge(json!({})),
+        };
+        // The status subresource needs a rule of its own (`ConfigMap/status`).
+        assert!(matches!(g.write(status).await, Err(WriteError::Forbidden(_))));
+        assert_eq!(server.0.load(Ordering::Relaxed), 1);
+    }
+}

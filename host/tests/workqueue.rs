@@ -339,6 +339,100 @@ async fn test_done_of_a_key_not_processing_is_ignored() {
     assert_eq!(q.len(), 0);
 }
 
+/// The same guarantees with real threads: several producers and workers on
+/// a multi-threaded runtime, no key held by two workers at once, every key's
+/// last add processed after it, and no lost wake-up (the timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_workers_on_threads() {
+    #[derive(Default)]
+    struct Log {
+        seq: usize,
+        last_add: HashMap<String, usize>,
+        last_start: HashMap<String, usize>,
+        in_flight: HashSet<String>,
+        overlaps: usize,
+    }
+    let q = Arc::new(Queue::<String>::new());
+    let log = Arc::new(Mutex::new(Log::default()));
+
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let (q, log) = (q.clone(), log.clone());
+            tokio::spawn(async move {
+                let mut n = 0usize;
+                while let Some(key) = q.get().await {
+                    {
+                        let mut l = log.lock();
+                        l.seq += 1;
+                        let seq = l.seq;
+                        l.last_start.insert(key.clone(), seq);
+                        if !l.in_flight.insert(key.clone()) {
+                            l.overlaps += 1;
+                        }
+                    }
+                    tokio::task::yield_now().await;
+                    n += 1;
+                    if (n + w) % 5 == 0 {
+                        // Changed while processing.
+                        let mut l = log.lock();
+                        l.seq += 1;
+                        let seq = l.seq;
+                        l.last_add.insert(key.clone(), seq);
+                        drop(l);
+                        q.add(key.clone());
+                    }
+                    log.lock().in_flight.remove(&key);
+                    q.done(&key);
+                }
+            })
+        })
+        .collect();
+
+    let producers: Vec<_> = (0..4)
+        .map(|p| {
+            let (q, log) = (q.clone(), log.clone());
+            tokio::spawn(async move {
+                for i in 0..500usize {
+                    let key = format!("ns/k{}", (i * 7 + p) % 20);
+                    {
+                        let mut l = log.lock();
+                        l.seq += 1;
+                        let seq = l.seq;
+                        l.last_add.insert(key.clone(), seq);
+                    }
+                    q.add(key);
+                    if i % 3 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for p in producers {
+            p.await.unwrap();
+        }
+        while !(q.is_empty() && q.processing_len() == 0) {
+            sleep(MS).await;
+        }
+        q.shut_down_with_drain().await;
+        for w in workers {
+            w.await.unwrap();
+        }
+    })
+    .await
+    .expect("the workers hung: a lost wake-up?");
+
+    let l = log.lock();
+    assert_eq!(l.overlaps, 0, "a key was processed by two workers at once");
+    assert_eq!(l.last_add.len(), 20);
+    for (key, added) in &l.last_add {
+        let started = l.last_start.get(key).copied();
+        assert!(started.is_some_and(|s| s > *added), "{key}: last added at {added}, last started at {started:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // metrics_test.go
 

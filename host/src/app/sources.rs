@@ -1,13 +1,19 @@
 //! Opening the source (a [`ListerWatcher`]) of each configured informer:
-//! a watched manifests directory, or a Kubernetes API server through one
-//! shared client.
+//! a view of the embedded cluster of a manifests directory (one per
+//! directory, shared by every informer of it), or a Kubernetes API server
+//! through one shared client. The writer of a directory's embedded cluster
+//! is here too ([`Sources::writer_for`]), for the controllers acting on it.
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::cluster::ClusterWriter;
+use crate::cluster::embedded::EmbeddedCluster;
 use crate::config::{InformerConfig, SourceConfig};
 use crate::informer::ListerWatcher;
 use crate::source::kube::{KubeResource, KubeSource, KubeSourceOptions};
-use crate::source::manifests::{ManifestFilter, ManifestsSource};
+use crate::source::manifests::ManifestFilter;
 
 use super::KubeOptions;
 
@@ -15,11 +21,39 @@ use super::KubeOptions;
 pub struct Sources {
     kube: KubeOptions,
     client: Option<::kube::Client>,
+    /// The embedded cluster of each manifests directory, by canonical path.
+    embedded: HashMap<PathBuf, Arc<EmbeddedCluster>>,
 }
 
 impl Sources {
     pub fn new(kube: KubeOptions) -> Self {
-        Sources { kube, client: None }
+        Sources { kube, client: None, embedded: HashMap::new() }
+    }
+
+    /// The embedded cluster of a manifests directory, opened (read and
+    /// watched) the first time it is asked for.
+    pub fn embedded(&mut self, dir: &Path) -> Result<Arc<EmbeddedCluster>, String> {
+        let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        if let Some(c) = self.embedded.get(&canonical) {
+            return Ok(c.clone());
+        }
+        // Reads the directory now and starts watching it.
+        let cluster = EmbeddedCluster::open(dir).map_err(|e| e.to_string())?;
+        self.embedded.insert(canonical, cluster.clone());
+        Ok(cluster)
+    }
+
+    /// The writer of the embedded cluster of `dir`, when an informer of
+    /// that directory was opened (or it was opened with
+    /// [`Sources::embedded`]).
+    pub fn writer_for(&self, dir: &Path) -> Option<Arc<dyn ClusterWriter>> {
+        let canonical = std::fs::canonicalize(dir).ok()?;
+        self.embedded.get(&canonical).map(EmbeddedCluster::writer)
+    }
+
+    /// Every embedded cluster opened so far, by canonical directory.
+    pub fn embedded_clusters(&self) -> &HashMap<PathBuf, Arc<EmbeddedCluster>> {
+        &self.embedded
     }
 
     /// Opens the source of one informer.
@@ -35,9 +69,8 @@ impl Sources {
                 if let Some(sel) = &m.label_selector {
                     filter = filter.labels(sel).map_err(|e| e.to_string())?;
                 }
-                // Reads the directory now and starts watching it.
-                let src = ManifestsSource::open(&m.dir, filter).map_err(|e| e.to_string())?;
-                Ok(Arc::new(src))
+                let cluster = self.embedded(&m.dir)?;
+                Ok(Arc::new(cluster.view(filter)))
             }
             SourceConfig::Kube(k) => {
                 let client = match &self.client {

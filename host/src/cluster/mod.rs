@@ -10,6 +10,7 @@
 //! Objects travel as JSON values (`serde_json::Value`): the guest hands the
 //! host JSON text, and the API server answers with JSON.
 
+pub mod embedded;
 pub mod kube_writer;
 
 use std::fmt;

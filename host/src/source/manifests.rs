@@ -78,11 +78,24 @@
 //!   [`ManifestsSource::stop_watching`]. If the directory itself is removed,
 //!   its objects are deleted and watching ends.
 //!
+//! # Feeding a store of every kind
+//!
+//! [`ManifestsSource::open_into`] opens the directory for a writable store
+//! instead (the embedded cluster, `crate::cluster::embedded`): every
+//! document is selected, keys are [`qualified_key`]s (`group/Kind/ns/name`,
+//! so a ConfigMap and a Secret of one name do not clash), and the changes
+//! go to a [`ManifestSink`] rather than to the source's own store, which
+//! stays empty. Parsing, limits, errors, duplicates and watching are the
+//! same. Only what the files change is passed on: an object the sink's
+//! other writers changed is put again only when its file's definition of
+//! it changes, and removed when its file no longer defines it.
+//!
 //! # What it may not touch
 //!
 //! It never writes to the directory, never changes the informer engine, and
 //! knows nothing of handlers, plugins or the kube client: it only implements
-//! [`ListerWatcher`] over its own [`VersionedStore`].
+//! [`ListerWatcher`] over its own [`VersionedStore`], or feeds a
+//! [`ManifestSink`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -246,6 +259,42 @@ impl fmt::Display for ManifestFilter {
     }
 }
 
+/// Where a source opened with [`ManifestsSource::open_into`] puts what its
+/// files define. Called with the source's state locked, in the order of
+/// the module docs (deletes first, then puts, each in key order).
+pub trait ManifestSink: Send + Sync + 'static {
+    /// The files define `value` (validated, unstamped) under `key` (a
+    /// [`qualified_key`]), new or changed since the last put.
+    ///
+    /// # Errors
+    ///
+    /// Why the sink refused it (logged; the source keeps what it had).
+    fn put(&self, key: &str, value: &Value) -> Result<(), String>;
+    /// The files no longer define `key`.
+    fn remove(&self, key: &str);
+}
+
+/// The key of an object among objects of every kind:
+/// `group/Kind/namespace/name` (`namespace` empty for a cluster-scoped one;
+/// the group is `""` for the core group, and the version is not part of it).
+///
+/// ```
+/// use informer_host::source::manifests::qualified_key;
+/// assert_eq!(qualified_key("apps/v1", "Deployment", Some("ns"), "web"), "apps/Deployment/ns/web");
+/// assert_eq!(qualified_key("v1", "Namespace", None, "ns"), "/Namespace//ns");
+/// ```
+pub fn qualified_key(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> String {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    format!("{group}/{kind}/{}/{name}", namespace.unwrap_or(""))
+}
+
+/// [`qualified_key`] of a validated manifest.
+fn qualified_key_of(value: &Value) -> String {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let ns = value["metadata"]["namespace"].as_str().filter(|ns| !ns.is_empty());
+    qualified_key(&s(&value["apiVersion"]), &s(&value["kind"]), ns, &s(&value["metadata"]["name"]))
+}
+
 /// A problem with the manifest directory, a file, or a document.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ManifestError {
@@ -377,6 +426,8 @@ struct Shared {
     filter: ManifestFilter,
     limits: ManifestLimits,
     store: VersionedStore,
+    /// Where changes go instead of `store` ([`ManifestsSource::open_into`]).
+    sink: Option<Arc<dyn ManifestSink>>,
     state: Mutex<State>,
     /// Numbers reads in the order they start.
     reads: AtomicU64,
@@ -437,10 +488,34 @@ impl ManifestsSource {
     pub fn open_with(
         dir: impl AsRef<Path>,
         filter: ManifestFilter,
+        limits: ManifestLimits,
+    ) -> Result<Self, ManifestError> {
+        Self::open_impl(dir.as_ref(), filter, limits, None)
+    }
+
+    /// Loads every manifest under `dir` into `sink` (see the module docs,
+    /// "Feeding a store of every kind"), then watches as
+    /// [`ManifestsSource::open`] does. The source's own list, watch, `get`
+    /// and `keys` stay empty; [`ManifestsSource::errors`] works as usual.
+    ///
+    /// # Errors
+    ///
+    /// As [`ManifestsSource::open`].
+    pub fn open_into(
+        dir: impl AsRef<Path>,
+        limits: ManifestLimits,
+        sink: Arc<dyn ManifestSink>,
+    ) -> Result<Self, ManifestError> {
+        Self::open_impl(dir.as_ref(), ManifestFilter::default(), limits, Some(sink))
+    }
+
+    fn open_impl(
+        given: &Path,
+        filter: ManifestFilter,
         mut limits: ManifestLimits,
+        sink: Option<Arc<dyn ManifestSink>>,
     ) -> Result<Self, ManifestError> {
         limits.max_depth = limits.max_depth.min(MAX_DEPTH);
-        let given = dir.as_ref();
         let dir_err =
             |source: io::Error| ManifestError::Directory { path: given.to_path_buf(), source: Arc::new(source) };
         let dir = std::fs::canonicalize(given).map_err(dir_err)?;
@@ -454,6 +529,7 @@ impl ManifestsSource {
             filter,
             limits,
             store: VersionedStore::new(description),
+            sink,
             state: Mutex::new(State::default()),
             reads: AtomicU64::new(0),
             latest_read: Mutex::new(HashMap::new()),
@@ -901,6 +977,12 @@ impl Shared {
                         let keep_going =
                             || stop.is_none_or(|s| !s.is_cancelled()) && self.is_latest_read(&path, number);
                         match parse_file(&path, &text, &self.filter, &self.limits, &keep_going) {
+                            Some(Ok(mut docs)) if self.sink.is_some() => {
+                                for d in &mut docs {
+                                    d.key = qualified_key_of(&d.value);
+                                }
+                                Outcome::Parsed { hash, result: Ok(docs) }
+                            }
                             Some(result) => Outcome::Parsed { hash, result },
                             None => Outcome::Abandoned,
                         }
@@ -1005,7 +1087,12 @@ impl Shared {
         // Deletes first, then creations and modifications, each in key order.
         for key in st.current.keys() {
             if !desired.contains_key(key.as_str()) {
-                self.store.delete(key);
+                match &self.sink {
+                    Some(sink) => sink.remove(key),
+                    None => {
+                        self.store.delete(key);
+                    }
+                }
             }
         }
         let mut next = BTreeMap::new();
@@ -1013,7 +1100,10 @@ impl Shared {
             let current = st.current.get(*key);
             if current.is_some_and(|(_, v)| v == *value) {
                 next.insert(key.to_string(), ((*path).clone(), Arc::clone(value)));
-            } else if let Err(e) = self.store.apply(Value::clone(value)) {
+            } else if let Err(e) = match &self.sink {
+                Some(sink) => sink.put(key, value),
+                None => self.store.apply(Value::clone(value)).map(drop).map_err(|e| e.to_string()),
+            } {
                 // Documents are validated when parsed, so this is a bug;
                 // the store keeps what it had.
                 tracing::warn!(file = %path.display(), key, error = %e, "manifest rejected by the store");

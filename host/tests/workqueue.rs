@@ -372,7 +372,7 @@ async fn test_workers_on_threads() {
                     }
                     tokio::task::yield_now().await;
                     n += 1;
-                    if (n + w) % 5 == 0 {
+                    if (n + w).is_multiple_of(5) {
                         // Changed while processing.
                         let mut l = log.lock();
                         l.seq += 1;
@@ -401,7 +401,7 @@ async fn test_workers_on_threads() {
                         l.last_add.insert(key.clone(), seq);
                     }
                     q.add(key);
-                    if i % 3 == 0 {
+                    if i.is_multiple_of(3) {
                         tokio::task::yield_now().await;
                     }
                 }

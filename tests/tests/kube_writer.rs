@@ -253,6 +253,21 @@ async fn status_writes_go_to_the_status_subresource() {
     )
     .await;
     assert!(matches!(no_status, Err(WriteError::NotFound(_))), "{no_status:?}");
+
+    // That 404 named no object: the path itself is not served, so what
+    // discovery said about ConfigMaps is asked again on the next write.
+    let core_discoveries =
+        || server.requests().iter().filter(|r| r.kind == RequestKind::Discovery && r.path == "/api/v1").count();
+    let before = core_discoveries();
+    write(&writer, WriteRequest::Create(config_map("default", "next", &[], &[]))).await.unwrap();
+    assert_eq!(core_discoveries(), before + 1);
+    // A 404 naming an object keeps the cache.
+    let missing =
+        write(&writer, WriteRequest::Patch { target: cm_target("missing"), patch: Patch::Merge(json!({"data": {}})) })
+            .await;
+    assert!(matches!(missing, Err(WriteError::NotFound(_))), "{missing:?}");
+    write(&writer, WriteRequest::Create(config_map("default", "last", &[], &[]))).await.unwrap();
+    assert_eq!(core_discoveries(), before + 1);
 }
 
 #[tokio::test]

@@ -257,7 +257,9 @@ impl KubeWriter {
                 let kind = self.resolve(&target.api_version, &target.kind).await?;
                 let path = kind.item(&target, None)?;
                 // DeleteOptions travel in the body (as client-go sends them),
-                // dryRun with them; they have no fieldManager.
+                // dryRun with them: the server's DeleteResource reads the
+                // query only when the body is empty, so a `?dryRun=All` next
+                // to a body would be ignored. They have no fieldManager.
                 let body = encode(&delete_options(&options, params.dry_run))?;
                 let call = Call { method: Method::DELETE, path, query: Vec::new(), content_type: Some(JSON), body };
                 let answer = self.send(call, params, &target).await?;

@@ -231,6 +231,15 @@ async fn invalid_objects_are_422_with_causes() {
         (e.code, e.reason.as_str(), e.message.as_str()),
         (400, "BadRequest", "the name of the object (b) does not match the name on the URL (a)")
     );
+    // Protobuf bodies are not spoken: 415, as for any media type a server
+    // does not serve. YAML is.
+    let (code, status) =
+        raw_json(&server, "POST", "/api/v1/namespaces/shop/configmaps", "application/vnd.kubernetes.protobuf", "k8s\0")
+            .await;
+    assert_eq!((code, status["reason"].as_str()), (415, Some("UnsupportedMediaType")));
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\n";
+    let (code, _) = raw_json(&server, "POST", "/api/v1/namespaces/shop/configmaps", "application/yaml", yaml).await;
+    assert_eq!(code, 201);
     // Bad dryRun values are the options' 422.
     let (code, status) = raw_json(
         &server,

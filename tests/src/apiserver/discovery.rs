@@ -40,13 +40,17 @@ fn api_group(types: &[ResourceType], group: &str) -> Value {
 fn resource_list(types: &[ResourceType], group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
     for t in types.iter().filter(|t| t.group == group && t.version == version) {
-        resources.push(json!({
+        let mut r = json!({
             "name": t.plural,
             "singularName": t.singular,
             "namespaced": t.namespaced,
             "kind": t.kind,
             "verbs": VERBS,
-        }));
+        });
+        if !t.short_names.is_empty() {
+            r["shortNames"] = json!(t.short_names);
+        }
+        resources.push(r);
         if t.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", t.plural),
@@ -125,6 +129,9 @@ pub(super) fn crd_types(crd: &Value) -> Vec<ResourceType> {
             let mut t = ResourceType::new(group, v["name"].as_str()?, kind, plural, namespaced);
             if let Some(s) = &singular {
                 t.singular = s.clone();
+            }
+            if let Some(short) = spec["names"]["shortNames"].as_array() {
+                t.short_names = short.iter().filter_map(|s| s.as_str().map(str::to_string)).collect();
             }
             t.status_subresource = !v["subresources"]["status"].is_null();
             Some(t)

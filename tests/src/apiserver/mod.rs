@@ -30,13 +30,36 @@
 //!   stream cleanly. A watch from a compacted resourceVersion gets `410 Gone`
 //!   either as an HTTP 410 `Status` or as an `ERROR` event carrying a `Status`
 //!   with `code: 410, reason: "Expired"` ([`GoneStyle`]);
-//! - `GET .../{plural}/{name}`: one object or a `404 NotFound` Status.
+//! - `GET .../{plural}/{name}[/status]`: one object or a `404 NotFound` Status;
+//! - writes (see the `writes` module): `POST` to a collection, `PUT`,
+//!   `PATCH` (`application/merge-patch+json`, `application/json-patch+json`,
+//!   `application/strategic-merge-patch+json` for built-in types,
+//!   `application/apply-patch+yaml` with field managers and conflicts) and
+//!   `DELETE` of an object, and `PUT`/`PATCH` of `{name}/status`, each
+//!   producing the watch event a watcher sees and a new resourceVersion;
+//! - discovery (`/api`, `/apis`, `/api/v1`, `/apis/{group}[/{version}]`,
+//!   `/version`) for the registered types, including those of a
+//!   `CustomResourceDefinition` created at runtime.
 //!
 //! Errors are `metav1.Status` objects with the HTTP code, as the real server
-//! sends them. The control API ([`ApiServer`]) creates, updates and deletes
-//! objects, sends bookmarks, compacts history, drops or expires every open
-//! watch, holds new watches back, injects failures, and records every request.
-//! It may not depend on the code under test: it knows nothing of the informer.
+//! sends them (`status` module). A request impersonating a user
+//! (`Impersonate-User`) is authorized against the [`Rule`]s granted to it.
+//!
+//! The control API ([`ApiServer`]) seeds and changes objects directly (as a
+//! write to etcd would: no validation, admission or field management),
+//! registers types, sends bookmarks, compacts history, drops or expires
+//! every open watch, holds new watches back, injects failures and `429`s,
+//! refuses connections for a while, grants rights to impersonated users, and
+//! records every request (method, path, query, content type, impersonation,
+//! body; [`RecordedRequest`]). It may not depend on the code under test: it
+//! knows nothing of the informer or the host.
+//!
+//! Modules: `resources` (types and their registry strategy), `store`
+//! (objects, revisions, history), `http` (accepting, routing, dispatch),
+//! `list_watch` (reads), `writes` (the write path), `patch` (patch formats),
+//! `managed` (managed fields, server-side apply), `validation`, `authz`,
+//! `status` (Status bodies), `discovery`, `faults`, `requests` (the log),
+//! `selectors`.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

@@ -32,6 +32,8 @@ pub struct ResourceType {
     /// Whether `application/strategic-merge-patch+json` is accepted (built-in
     /// types only; custom resources answer `415`).
     pub strategic_merge: bool,
+    /// Discovery's `shortNames` (`cm`, `deploy`): what `kubectl get cm` resolves.
+    pub short_names: Vec<String>,
 }
 
 impl ResourceType {
@@ -52,6 +54,7 @@ impl ResourceType {
             returns_deleted_object: true,
             unconditional_update: false,
             strategic_merge: false,
+            short_names: Vec::new(),
         }
     }
     /// A built-in type with the generic registry's defaults: no generation,
@@ -66,6 +69,11 @@ impl ResourceType {
             ..Self::new(group, version, kind, plural, namespaced)
         }
     }
+    /// Adds discovery short names.
+    pub fn with_short_names(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|n| n.to_string()).collect();
+        self
+    }
     /// Serves `{plural}/status` as a subresource.
     pub fn with_status_subresource(mut self) -> Self {
         self.status_subresource = true;
@@ -73,7 +81,7 @@ impl ResourceType {
     }
     /// `v1` `ConfigMap` (`configmaps`), namespaced. Registered by default.
     pub fn config_maps() -> Self {
-        Self::builtin("", "v1", "ConfigMap", "configmaps", true)
+        Self::builtin("", "v1", "ConfigMap", "configmaps", true).with_short_names(&["cm"])
     }
     /// `v1` `Secret` (`secrets`), namespaced. Registered by default.
     pub fn secrets() -> Self {
@@ -82,21 +90,22 @@ impl ResourceType {
     /// `v1` `Namespace` (`namespaces`), cluster-scoped, with `namespaces/status`.
     /// Registered by default.
     pub fn namespaces() -> Self {
-        Self::builtin("", "v1", "Namespace", "namespaces", false).with_status_subresource()
+        Self::builtin("", "v1", "Namespace", "namespaces", false).with_status_subresource().with_short_names(&["ns"])
     }
     /// `apps/v1` `Deployment` (`deployments`), namespaced, with
     /// `deployments/status` and generation. Registered by default.
     pub fn deployments() -> Self {
         ResourceType { generation: true, ..Self::builtin("apps", "v1", "Deployment", "deployments", true) }
             .with_status_subresource()
+            .with_short_names(&["deploy"])
     }
     /// `v1` `Event` (`events`), namespaced. Registered by default.
     pub fn core_events() -> Self {
-        Self::builtin("", "v1", "Event", "events", true)
+        Self::builtin("", "v1", "Event", "events", true).with_short_names(&["ev"])
     }
     /// `events.k8s.io/v1` `Event` (`events`), namespaced. Registered by default.
     pub fn events() -> Self {
-        Self::builtin("events.k8s.io", "v1", "Event", "events", true)
+        Self::builtin("events.k8s.io", "v1", "Event", "events", true).with_short_names(&["ev"])
     }
     /// `apiextensions.k8s.io/v1` `CustomResourceDefinition`, cluster-scoped,
     /// with status. Registered by default: creating one serves its resource.
@@ -112,6 +121,7 @@ impl ResourceType {
             )
         }
         .with_status_subresource()
+        .with_short_names(&["crd", "crds"])
     }
     /// The resource as errors name it: `configmaps`, `deployments.apps`.
     pub fn qualified_resource(&self) -> String {

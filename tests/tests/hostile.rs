@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use e2e::eventually;
 use e2e::plugins::{Log, Running, observing_log_limits, spec, wasm};
-use informer_host::informer::{Delivered, HandlerError, Notification, Object, ObjectRef, ResourceEventHandler};
+use informer_host::informer::{
+    DeletedObject, Delivered, HandlerError, Notification, Object, ObjectRef, ResourceEventHandler,
+};
 use informer_host::plugin::{
     Level, Limits, LoadedPlugin, LogLimits, LogSink, PluginError, PluginRuntime, PluginSpec, PluginStats,
     RuntimeConfig, WasmHandler,
@@ -492,17 +494,36 @@ mod fuzz {
     /// little past the batch as often as inside it.
     fn step() -> impl Strategy<Value = Value> {
         let index = 0..(ITEMS as u32 + 3);
+        // Up to two slots per item (updates).
+        let slot = 0..(2 * ITEMS as u32 + 3);
         prop_oneof![
             4 => index.clone().prop_map(|i| json!({"begin": i})),
-            4 => (index.clone(), prop::option::of(0usize..10_000)).prop_map(|(i, e)| json!({"done": [i, e]})),
+            4 => (index, prop::option::of(0usize..10_000)).prop_map(|(i, e)| json!({"done": [i, e]})),
             2 => (0u32..12, 0usize..400).prop_map(|(n, b)| json!({"log": [n, b]})),
             2 => (0u32..12, 0usize..400).prop_map(|(n, b)| json!({"stderr": [n, b]})),
-            2 => (index, any::<bool>()).prop_map(|(s, keep)| json!({"lend": [s, keep]})),
+            2 => (slot, any::<bool>()).prop_map(|(s, keep)| json!({"lend": [s, keep]})),
             1 => (0u64..1_000_000).prop_map(|n| json!({"spin": n})),
             1 => Just(json!("trap")),
             1 => Just(json!("ok")),
             1 => (0usize..10_000).prop_map(|b| json!({"err": b})),
         ]
+    }
+
+    /// A batch of the given kinds (0 add, 1 update, 2 delete, 3 tombstone),
+    /// so that slots (two per update) and items differ.
+    fn batch(kinds: &[u8]) -> Vec<Notification> {
+        (0..)
+            .zip(kinds)
+            .map(|(i, kind)| {
+                let obj = cm(&format!("o{i}"));
+                match kind {
+                    0 => Notification::Add { obj, is_in_initial_list: false },
+                    1 => Notification::Update { old: cm(&format!("o{i}")), new: obj },
+                    2 => Notification::Delete(DeletedObject::Object(obj)),
+                    _ => Notification::Delete(DeletedObject::FinalStateUnknown { key: obj.key().into(), obj }),
+                }
+            })
+            .collect()
     }
 
     fn outcome(e: Option<&HandlerError>) -> &'static str {
@@ -513,13 +534,14 @@ mod fuzz {
         }
     }
 
-    /// Delivers `items` notifications through `script` as a worker would:
+    /// Delivers notifications of `kinds` through `script` as a worker would:
     /// what a call did not report handled comes again. Checks the bounds on
     /// the way; returns each item's outcome.
-    fn run(steps: Vec<Value>, items: usize) -> Vec<&'static str> {
+    fn run(steps: Vec<Value>, kinds: &[u8]) -> Vec<&'static str> {
         let config = json!({"attack": "script", "steps": steps});
         let mut p = Direct::hostile("fuzz", config, limits);
-        let batch = adds(&["a", "b", "c", "d", "e", "f"][..items]);
+        let batch = batch(kinds);
+        let items = batch.len();
         let mut outcomes = Vec::new();
         let mut idle = 0;
         while outcomes.len() < items {
@@ -559,15 +581,15 @@ mod fuzz {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
 
         #[test]
         fn random_scripts_never_break_the_hosts_bounds(
             steps in prop::collection::vec(step(), 0..8),
-            items in 1..=ITEMS,
+            kinds in prop::collection::vec(0u8..4, 1..=ITEMS),
         ) {
-            let outcomes = run(steps, items);
-            prop_assert_eq!(outcomes.len(), items, "each item counted exactly once");
+            let outcomes = run(steps, &kinds);
+            prop_assert_eq!(outcomes.len(), kinds.len(), "each item counted exactly once");
         }
     }
 }

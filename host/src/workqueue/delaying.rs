@@ -132,6 +132,10 @@ impl<K: Key> DelayingQueue<K> {
     }
 
     /// client-go's `NewTypedDelayingQueueWithConfig`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (it spawns the waiting task).
     pub fn with_config(config: QueueConfig) -> Self {
         let retry_metrics = RetryMetrics::new(config.metrics_provider.as_ref(), &config.name);
         let shared =

@@ -106,9 +106,12 @@ impl<K: Key> Queue<K> {
         Self::with_config(QueueConfig::default())
     }
 
-    /// client-go's `NewTypedWithConfig`. With metrics (a name and a
-    /// provider) this spawns the unfinished-work updater, so it must be
-    /// called inside a Tokio runtime.
+    /// client-go's `NewTypedWithConfig`.
+    ///
+    /// # Panics
+    ///
+    /// With metrics (a name and a provider) this spawns the unfinished-work
+    /// updater, so it panics outside a Tokio runtime.
     pub fn with_config(config: QueueConfig) -> Self {
         let metrics = QueueMetrics::new(config.metrics_provider.as_ref(), &config.name);
         let enabled = metrics.enabled();

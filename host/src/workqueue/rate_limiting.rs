@@ -32,6 +32,10 @@ impl<K: Key> RateLimitingQueue<K> {
     }
 
     /// client-go's `NewTypedRateLimitingQueueWithConfig`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (see [`DelayingQueue::with_config`]).
     pub fn with_config(config: QueueConfig, rate_limiter: impl RateLimiter<K> + 'static) -> Self {
         RateLimitingQueue { queue: DelayingQueue::with_config(config), rate_limiter: Box::new(rate_limiter) }
     }

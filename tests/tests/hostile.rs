@@ -1,15 +1,16 @@
 //! The sandbox against a hostile plugin (issue 10): each test carries one
 //! attack of the `hostile` test plugin and checks what a user would notice
 //! (a notification skipped or delivered, a counter, a log line, a refused
-//! swap), never a duration. Against the host before the fixes each of them
-//! fails: the attack ran to its end, was counted as delivered, grew the
-//! host's memory or log without bound, or crossed a tenant's boundary.
+//! swap), never a duration. Against the host before the fixes (6ec53c0)
+//! each of the findings' tests fails: the attack ran to its end, was counted
+//! as delivered or as some other trap, grew the host's memory or log without
+//! bound, or crossed a tenant's boundary.
 //!
 //! Most tests drive one plugin instance directly through
 //! [`ResourceEventHandler::deliver_many`], the entry point the informer's
 //! delivery workers use, so that every outcome is known exactly; those run
-//! outside tokio, as the workers do (wasi's stderr blocks on a runtime of
-//! its own). The ones that need an informer use tokio's paused clock, so
+//! on plain threads, as the workers' blocking calls do (wasi's stderr
+//! blocks on a runtime of its own). The ones that need an informer use tokio's paused clock, so
 //! the one-second pause after a crash costs nothing. The last test fuzzes
 //! the protocol with random scripts.
 
@@ -137,7 +138,7 @@ fn a_rearm_loop_in_a_batch_traps_at_once_skipping_only_its_item() {
         assert_eq!(p.log.events(), ["add ns/a rv=1 initial=false", "add ns/b rv=1 initial=false"], "{how}");
         assert_eq!(traps(p.stats()), [0, 0, 0, 0, 1], "{how}: one protocol trap, nothing else");
         // Each `on-batch` call is bounded by its items + 1 calls' fuel; the
-        // attack alone would have burnt about 500 calls' worth.
+        // attack's thousand rounds alone would burn hundreds of calls' worth.
         let fuel = counter(&p.stats().fuel_consumed);
         assert!(fuel <= (3 + 1 + 1 + 1) * FUEL, "{how}: {fuel} fuel for 3 items of {FUEL} each");
     }
@@ -228,10 +229,10 @@ fn init_has_ten_calls_budget() {
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("a spinning init should not load"),
     }
-    // About three calls' fuel in `init`: it loads; the same work in a
+    // A few calls' fuel in `init`: it loads; the same work in a
     // notification is stopped.
     let config = json!({"attack": "slow-init", "spins": 200_000});
-    let mut p = Direct::hostile("slow-init", config.clone(), |l| l.fuel_per_call = Some(1_000_000));
+    let mut p = Direct::hostile("slow-init", config, |l| l.fuel_per_call = Some(1_000_000));
     let script = json!({"attack": "script", "steps": [{"spin": 200_000}]});
     let mut q = Direct::hostile("slow-call", script, |l| l.fuel_per_call = Some(1_000_000));
     assert_eq!(p.handler.on_add(&cm("a"), false), Ok(()));

@@ -1,5 +1,6 @@
-//! The host's TOML configuration: `[[informer]]`, `[[plugin]]`, `[[tenant]]`,
-//! `[host]` and `[admin]`.
+//! The host's TOML configuration: `[[informer]]`, `[[plugin]]`,
+//! `[[controller]]` (see [`controller`]), `[[tenant]]`, `[host]` and
+//! `[admin]`.
 //!
 //! This module owns the file format, its defaults and its validation. Every
 //! problem names the file, line and column of the offending key or value,
@@ -62,6 +63,7 @@ use serde::Deserialize;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+use crate::controller::WriteRule;
 use crate::informer::Object;
 use crate::plugin::{Grants, Limits, OnTrap, PluginSpec, Visibility};
 use crate::registry::OnSwap;
@@ -94,6 +96,7 @@ pub struct Config {
     pub informers: Vec<InformerConfig>,
     pub tenants: Vec<TenantConfig>,
     pub plugins: Vec<PluginConfig>,
+    pub controllers: Vec<ControllerConfig>,
 }
 
 /// `[host]`: process-wide settings (command-line flags override them).
@@ -181,6 +184,11 @@ pub struct TenantConfig {
     pub deadline: Option<Duration>,
     pub memory: Option<usize>,
     pub max_pending: Option<usize>,
+    /// What its controllers may declare in their `rules` (`None`: no cap).
+    pub rules: Option<Vec<WriteRule>>,
+    /// The user its controllers' writes impersonate, unless a controller
+    /// names its own.
+    pub impersonate: Option<String>,
     /// Where the tenant is defined (its `name`).
     pub location: Location,
 }
@@ -456,6 +464,11 @@ impl Config {
         self.tenants.iter().find(|t| t.name == name)
     }
 
+    /// The tenant of a controller, if it has one.
+    pub fn tenant_of_controller(&self, controller: &ControllerConfig) -> Option<&TenantConfig> {
+        controller.tenant.as_deref().and_then(|t| self.tenant(t))
+    }
+
     /// The tenant of a plugin, if it has one.
     pub fn tenant_of(&self, plugin: &PluginConfig) -> Option<&TenantConfig> {
         plugin.tenant.as_deref().and_then(|t| self.tenant(t))
@@ -555,6 +568,11 @@ macro_rules! read_table {
     }};
 }
 
+pub mod controller;
+
+pub use controller::{CONTROLLER_GRANT_NAMES, ControllerConfig, RULE_VERBS};
+use controller::{RawController, RawRule};
+
 struct RawInformer {
     name: S<String>,
     source: S<String>,
@@ -637,6 +655,8 @@ struct RawTenant {
     deadline: Option<S<String>>,
     memory: Option<S<toml::Value>>,
     max_pending: Option<S<toml::Value>>,
+    rules: Option<Vec<S<RawRule>>>,
+    impersonate: Option<S<String>>,
 }
 
 impl RawTenant {
@@ -645,7 +665,7 @@ impl RawTenant {
             f,
             RawTenant,
             [name, namespaces],
-            [cluster_scoped, max_plugins, fuel_per_call, deadline, memory, max_pending]
+            [cluster_scoped, max_plugins, fuel_per_call, deadline, memory, max_pending, rules, impersonate]
         )
     }
 }
@@ -774,6 +794,7 @@ impl<'a> Cx<'a> {
             informers: Vec::new(),
             tenants: Vec::new(),
             plugins: Vec::new(),
+            controllers: Vec::new(),
         };
         let (root, errors) = DeTable::parse_recoverable(self.text);
         if !errors.is_empty() {
@@ -785,6 +806,7 @@ impl<'a> Cx<'a> {
         let mut raw_informers = Vec::new();
         let mut raw_plugins = Vec::new();
         let mut raw_tenants = Vec::new();
+        let mut raw_controllers = Vec::new();
         for (key, value) in root.into_inner() {
             let section = key.get_ref().to_string();
             match section.as_str() {
@@ -796,6 +818,11 @@ impl<'a> Cx<'a> {
                 "plugin" => {
                     for v in self.array_of_tables(value, "plugin") {
                         raw_plugins.extend(RawPlugin::read(self.fields(v)));
+                    }
+                }
+                "controller" => {
+                    for v in self.array_of_tables(value, "controller") {
+                        raw_controllers.extend(RawController::read(self.fields(v)));
                     }
                 }
                 "tenant" => {
@@ -826,8 +853,8 @@ impl<'a> Cx<'a> {
                 other => self.error(
                     key.span(),
                     format!(
-                        "unknown section `{other}`, expected one of `[[informer]]`, `[[plugin]]`, `[[tenant]]`, \
-                         `[host]`, `[admin]`"
+                        "unknown section `{other}`, expected one of `[[informer]]`, `[[plugin]]`, \
+                         `[[controller]]`, `[[tenant]]`, `[host]`, `[admin]`"
                     ),
                 ),
             }
@@ -855,10 +882,20 @@ impl<'a> Cx<'a> {
                 config.plugins.push(p);
             }
         }
+        // Controllers after plugins (they share names and tenants' counts).
+        raw_controllers.sort_by_key(|r| r.name.span().start);
+        for r in raw_controllers {
+            if let Some(c) =
+                self.controller(r, &config.informers, &informer_names, &tenant_names, &mut tenants, &mut plugin_names)
+            {
+                config.controllers.push(c);
+            }
+        }
         config.tenants = tenants.into_values().map(|t| t.config).collect();
         config.informers.sort_by_key(|i| (i.location.line, i.location.column));
         config.tenants.sort_by_key(|t| (t.location.line, t.location.column));
         config.plugins.sort_by_key(|p| (p.location.line, p.location.column));
+        config.controllers.sort_by_key(|c| (c.location.line, c.location.column));
         config
     }
 
@@ -1119,6 +1156,8 @@ impl<'a> Cx<'a> {
             deadline: None,
             memory: None,
             max_pending: None,
+            rules: None,
+            impersonate: r.impersonate.as_ref().map(|v| v.get_ref().clone()),
             location,
         };
         if let Some(v) = &r.max_plugins {
@@ -1140,6 +1179,10 @@ impl<'a> Cx<'a> {
         if let Some(v) = &r.max_pending {
             t.max_pending = self.count(v, "max_pending");
             line_of(self, "max_pending", v.span());
+        }
+        if let Some(raw) = &r.rules {
+            t.rules = Some(self.rules(raw));
+            line_of(self, "rules", raw.first().map_or(r.name.span(), |f| f.span()));
         }
         (self.problems.len() == before).then(|| TenantSeen { config: t, lines, plugins: Vec::new() })
     }
@@ -1235,6 +1278,138 @@ impl<'a> Cx<'a> {
         Some(AdminSettings { addr, allow_remote, token, token_source, max_upload, wasm_dirs, location })
     }
 
+    /// The component file `v` names, reported when it is not a file.
+    fn wasm_file(&mut self, v: &S<String>) -> PathBuf {
+        let wasm = self.path(v.get_ref());
+        if !wasm.is_file() {
+            let what = if wasm.exists() { "is not a file" } else { "does not exist" };
+            let hint = if v.get_ref().contains("target/plugins") {
+                " (build the plugins first: `cargo run -p xtask -- demo` does)"
+            } else {
+                ""
+            };
+            self.error(v.span(), format!("wasm file {} {what}{hint}", wasm.display()));
+        }
+        wasm
+    }
+
+    /// Whether the informer `v` names is defined (reported when not).
+    fn known_informer(&mut self, v: &S<String>, informers: &HashMap<String, Location>) -> bool {
+        if informers.contains_key(v.get_ref()) {
+            return true;
+        }
+        let mut known: Vec<&String> = informers.keys().collect();
+        known.sort();
+        let known = if known.is_empty() {
+            "no [[informer]] is defined".to_string()
+        } else {
+            format!("defined: {}", known.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", "))
+        };
+        self.error(v.span(), format!("unknown informer {:?} ({known})", v.get_ref()));
+        false
+    }
+
+    /// Reports a tenant that is not defined (unless it is, with problems
+    /// of its own).
+    fn unknown_tenant(&mut self, tv: &S<String>, tenant_names: &HashMap<String, Location>) {
+        let tenant = tv.get_ref();
+        if tenant_names.contains_key(tenant) {
+            return;
+        }
+        let mut known: Vec<&String> = tenant_names.keys().collect();
+        known.sort();
+        let known = if known.is_empty() {
+            "no [[tenant]] is defined".to_string()
+        } else {
+            format!("defined: {}", quoted(&known.iter().map(|k| k.as_str()).collect::<Vec<_>>()))
+        };
+        self.error(tv.span(), format!("unknown tenant {tenant:?} ({known})"));
+    }
+
+    /// Counts plugin `name` (at `line`) against the `max_plugins` of the
+    /// tenant `tv` names (which is defined).
+    fn count_against_tenant(
+        &mut self,
+        tv: &S<String>,
+        name: &str,
+        line: usize,
+        tenants: &mut HashMap<String, TenantSeen>,
+    ) {
+        let tenant = tv.get_ref();
+        let Some(t) = tenants.get_mut(tenant) else { return };
+        t.plugins.push((name.to_string(), line));
+        if let Some(max) = t.config.max_plugins
+            && t.plugins.len() > max
+        {
+            let others: Vec<String> =
+                t.plugins[..t.plugins.len() - 1].iter().map(|(n, l)| format!("{n:?} at line {l}")).collect();
+            let msg = format!(
+                "tenant {tenant:?} allows at most {max} plugin(s) (`max_plugins` at line {}), \
+                 and this is plugin number {} of it (before it: {})",
+                t.lines["max_plugins"],
+                t.plugins.len(),
+                others.join(", ")
+            );
+            self.error(tv.span(), msg);
+        }
+    }
+
+    /// Lowers `limits` the plugin left out to the tenant's caps, and
+    /// returns the problems of those it set above them.
+    fn cap_limits(
+        &self,
+        t: &TenantSeen,
+        limits: &mut Limits,
+        fuel: &Option<S<toml::Value>>,
+        deadline: &Option<S<String>>,
+        memory: &Option<S<toml::Value>>,
+    ) -> Vec<(Range<usize>, String)> {
+        let mut problems = Vec::new();
+        if let Some(cap) = t.config.fuel_per_call {
+            match (fuel, limits.fuel_per_call) {
+                (None, f) => limits.fuel_per_call = Some(f.map_or(cap, |f| f.min(cap))),
+                (Some(v), None) => {
+                    problems.push((v.span(), over(t, "fuel_per_call", "\"unlimited\"".into(), cap.to_string())))
+                }
+                (Some(v), Some(n)) if n > cap => {
+                    problems.push((v.span(), over(t, "fuel_per_call", n.to_string(), cap.to_string())))
+                }
+                _ => {}
+            }
+        }
+        if let Some(cap) = t.config.deadline {
+            match deadline {
+                None => limits.deadline_per_call = limits.deadline_per_call.min(cap),
+                Some(v) if limits.deadline_per_call > cap => problems.push((
+                    v.span(),
+                    over(
+                        t,
+                        "deadline",
+                        humantime::format_duration(limits.deadline_per_call).to_string(),
+                        humantime::format_duration(cap).to_string(),
+                    ),
+                )),
+                _ => {}
+            }
+        }
+        if let Some(cap) = t.config.memory {
+            match memory {
+                None => limits.memory_bytes = limits.memory_bytes.min(cap),
+                Some(v) if limits.memory_bytes > cap => problems.push((
+                    v.span(),
+                    over(
+                        t,
+                        "memory",
+                        crate::app::fmt_size(limits.memory_bytes as u64),
+                        crate::app::fmt_size(cap as u64),
+                    ),
+                )),
+                _ => {}
+            }
+        }
+        problems
+    }
+
     fn plugin(
         &mut self,
         r: RawPlugin,
@@ -1246,26 +1421,8 @@ impl<'a> Cx<'a> {
         let before = self.problems.len();
         let location = self.location(r.name.span().start);
         self.name(&r.name, "plugin", names);
-        let wasm = self.path(r.wasm.get_ref());
-        if !wasm.is_file() {
-            let what = if wasm.exists() { "is not a file" } else { "does not exist" };
-            let hint = if r.wasm.get_ref().contains("target/plugins") {
-                " (build the plugins first: `cargo run -p xtask -- demo` does)"
-            } else {
-                ""
-            };
-            self.error(r.wasm.span(), format!("wasm file {} {what}{hint}", wasm.display()));
-        }
-        if !informers.contains_key(r.informer.get_ref()) {
-            let mut known: Vec<&String> = informers.keys().collect();
-            known.sort();
-            let known = if known.is_empty() {
-                "no [[informer]] is defined".to_string()
-            } else {
-                format!("defined: {}", known.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", "))
-            };
-            self.error(r.informer.span(), format!("unknown informer {:?} ({known})", r.informer.get_ref()));
-        }
+        let wasm = self.wasm_file(&r.wasm);
+        self.known_informer(&r.informer, informers);
         let resync = r.resync.as_ref().and_then(|v| self.duration(v, "resync"));
         if let (Some(d), Some(v)) = (resync, &r.resync)
             && !d.is_zero()
@@ -1289,76 +1446,15 @@ impl<'a> Cx<'a> {
         let mut max_pending = r.max_pending.as_ref().and_then(|v| self.count(v, "max_pending"));
         if let Some(tv) = &r.tenant {
             let tenant = tv.get_ref();
-            if let Some(t) = tenants.get_mut(tenant) {
-                t.plugins.push((r.name.get_ref().clone(), location.line));
-                if let Some(max) = t.config.max_plugins
-                    && t.plugins.len() > max
-                {
-                    let others: Vec<String> =
-                        t.plugins[..t.plugins.len() - 1].iter().map(|(n, l)| format!("{n:?} at line {l}")).collect();
-                    let msg = format!(
-                        "tenant {tenant:?} allows at most {max} plugin(s) (`max_plugins` at line {}), \
-                         and this is plugin number {} of it (before it: {})",
-                        t.lines["max_plugins"],
-                        t.plugins.len(),
-                        others.join(", ")
-                    );
-                    self.error(tv.span(), msg);
-                }
+            if tenants.contains_key(tenant) {
+                self.count_against_tenant(tv, r.name.get_ref(), location.line, tenants);
                 let t = &tenants[tenant];
-                let over = |key: &str, asked: String, cap: String| {
-                    format!(
-                        "`{key}` = {asked} exceeds the cap of tenant {tenant:?} ({key} = {cap} at line {}); \
-                         lower it, or raise the tenant's",
-                        t.lines[key]
-                    )
-                };
-                let mut problems = Vec::new();
-                if let Some(cap) = t.config.fuel_per_call {
-                    match (&r.fuel_per_call, limits.fuel_per_call) {
-                        (None, f) => limits.fuel_per_call = Some(f.map_or(cap, |f| f.min(cap))),
-                        (Some(v), None) => {
-                            problems.push((v.span(), over("fuel_per_call", "\"unlimited\"".into(), cap.to_string())))
-                        }
-                        (Some(v), Some(n)) if n > cap => {
-                            problems.push((v.span(), over("fuel_per_call", n.to_string(), cap.to_string())))
-                        }
-                        _ => {}
-                    }
-                }
-                if let Some(cap) = t.config.deadline {
-                    match &r.deadline {
-                        None => limits.deadline_per_call = limits.deadline_per_call.min(cap),
-                        Some(v) if limits.deadline_per_call > cap => problems.push((
-                            v.span(),
-                            over(
-                                "deadline",
-                                humantime::format_duration(limits.deadline_per_call).to_string(),
-                                humantime::format_duration(cap).to_string(),
-                            ),
-                        )),
-                        _ => {}
-                    }
-                }
-                if let Some(cap) = t.config.memory {
-                    match &r.memory {
-                        None => limits.memory_bytes = limits.memory_bytes.min(cap),
-                        Some(v) if limits.memory_bytes > cap => problems.push((
-                            v.span(),
-                            over(
-                                "memory",
-                                crate::app::fmt_size(limits.memory_bytes as u64),
-                                crate::app::fmt_size(cap as u64),
-                            ),
-                        )),
-                        _ => {}
-                    }
-                }
+                let mut problems = self.cap_limits(t, &mut limits, &r.fuel_per_call, &r.deadline, &r.memory);
                 if let Some(cap) = t.config.max_pending {
                     match (&r.max_pending, max_pending) {
                         (None, _) => max_pending = Some(cap),
                         (Some(v), Some(n)) if n > cap => {
-                            problems.push((v.span(), over("max_pending", n.to_string(), cap.to_string())))
+                            problems.push((v.span(), over(t, "max_pending", n.to_string(), cap.to_string())))
                         }
                         _ => {}
                     }
@@ -1366,16 +1462,8 @@ impl<'a> Cx<'a> {
                 for (span, msg) in problems {
                     self.error(span, msg);
                 }
-            } else if !tenant_names.contains_key(tenant) {
-                // (A tenant with problems of its own is known by name.)
-                let mut known: Vec<&String> = tenant_names.keys().collect();
-                known.sort();
-                let known = if known.is_empty() {
-                    "no [[tenant]] is defined".to_string()
-                } else {
-                    format!("defined: {}", quoted(&known.iter().map(|k| k.as_str()).collect::<Vec<_>>()))
-                };
-                self.error(tv.span(), format!("unknown tenant {tenant:?} ({known})"));
+            } else {
+                self.unknown_tenant(tv, tenant_names);
             }
         }
         let on_swap = match r.on_swap.as_ref().map(|v| (v, v.get_ref().as_str())) {
@@ -1460,6 +1548,14 @@ impl<'a> Cx<'a> {
         }
         h
     }
+}
+
+/// A limit set above its tenant's cap, for messages naming both lines.
+fn over(t: &TenantSeen, key: &str, asked: String, cap: String) -> String {
+    format!(
+        "`{key}` = {asked} exceeds the cap of tenant {:?} ({key} = {cap} at line {}); lower it, or raise the tenant's",
+        t.config.name, t.lines[key]
+    )
 }
 
 fn quoted(names: &[&str]) -> String {

@@ -136,7 +136,7 @@ impl EmbeddedCluster {
 
     /// The list-and-watch of the objects `filter` selects, for an informer.
     pub fn view(&self, filter: ManifestFilter) -> ClusterView {
-        ClusterView { store: self.store.clone(), filter }
+        ClusterView { store: self.store.clone(), filter, _source: self.source.clone() }
     }
 
     /// This cluster as the writer controllers use.

@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use super::semantics::{self, KindRules};
 use crate::informer::{ListResult, ListerWatcher, Object, ObjectRef, SourceError, WatchEvent, WatchStream};
 use crate::source::DEFAULT_HISTORY;
-use crate::source::manifests::{ManifestFilter, qualified_key};
+use crate::source::manifests::{ManifestFilter, ManifestsSource, qualified_key};
 
 /// A stored object: its JSON (for the write rules and view filters) and
 /// the engine's parsed form (what informers receive).
@@ -324,6 +324,9 @@ impl ClusterStore {
 pub struct ClusterView {
     pub(super) store: Arc<ClusterStore>,
     pub(super) filter: ManifestFilter,
+    /// Keeps the directory watched while an informer reads the view,
+    /// whoever else let go of the cluster.
+    pub(super) _source: Option<ManifestsSource>,
 }
 
 impl ClusterView {

@@ -26,8 +26,8 @@
 //!   removed) and garbage collection of dependents; the status subresource;
 //!   `metadata.generation` on spec changes only; dry runs; Events;
 //!   `Invalid` with causes. The rules are pure functions over JSON
-//!   ([`semantics`], [`managed`], [`patch`]) so the HTTP test server can
-//!   share them.
+//!   ([`semantics`], [`managed`], [`patch`], [`events`]) so the HTTP test
+//!   server can share them.
 //!
 //! # What it may not touch
 //!
@@ -46,6 +46,7 @@
 //! objects from files have no managed fields (they are nobody's, so an
 //! apply never conflicts with a file).
 
+pub mod events;
 pub mod managed;
 pub mod patch;
 pub mod semantics;

@@ -1,7 +1,7 @@
 //! What the API server does to an object on each write, as pure functions
 //! over JSON: server-set metadata, preconditions, the status subresource,
-//! `metadata.generation`, finalizers, validation, the `Status` errors and
-//! Event objects.
+//! `metadata.generation`, finalizers, validation and the `Status` errors.
+//! Event objects are [`super::events`].
 //!
 //! This module owns the rules; it holds no state. The caller (the embedded
 //! store, or later the HTTP test server) looks objects up, picks uids and
@@ -34,7 +34,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use super::managed::Scope;
-use crate::cluster::{Cause, DeleteOptions, EventType, Target, WriteError};
+use crate::cluster::{Cause, DeleteOptions, Target, WriteError};
 
 /// `(group, kind)` of built-in kinds served with a `status` subresource.
 pub const STATUS_KINDS: &[(&str, &str)] = &[
@@ -490,69 +490,6 @@ pub fn plan_delete(
         new["metadata"]["generation"] = json!(meta["generation"].as_i64().unwrap_or(0) + 1);
     }
     Ok(DeletePlan::Mark(new))
-}
-
-/// What an Event says, and who says it.
-#[derive(Debug, Clone, Copy)]
-pub struct EventInfo<'a> {
-    pub event_type: EventType,
-    pub reason: &'a str,
-    pub message: &'a str,
-    /// `source.component` (the controller's field manager).
-    pub component: &'a str,
-}
-
-/// A core/v1 Event about `involved` (its stored state when known, for uid
-/// and resourceVersion), as client-go's recorder builds it, named
-/// `<involved name>.<suffix>`, in the involved object's namespace
-/// (`default` for a cluster-scoped one).
-pub fn event(involved: &Target, involved_obj: Option<&Value>, info: EventInfo<'_>, suffix: &str, now: &str) -> Value {
-    let EventInfo { event_type, reason, message, component } = info;
-    let namespace = involved.namespace.clone().unwrap_or_else(|| "default".into());
-    let mut reference = json!({"apiVersion": involved.api_version, "kind": involved.kind, "name": involved.name});
-    if let Some(ns) = &involved.namespace {
-        reference["namespace"] = json!(ns);
-    }
-    if let Some(o) = involved_obj {
-        for (field, pointer) in [("uid", "/metadata/uid"), ("resourceVersion", "/metadata/resourceVersion")] {
-            if let Some(v) = o.pointer(pointer).filter(|v| v.is_string()) {
-                reference[field] = v.clone();
-            }
-        }
-    }
-    json!({
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": format!("{}.{suffix}", involved.name), "namespace": namespace},
-        "involvedObject": reference,
-        "reason": reason,
-        "message": message,
-        "type": event_type.as_str(),
-        "source": {"component": component},
-        "count": 1,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "reportingComponent": component,
-    })
-}
-
-/// Whether `existing` is the same Event as `new` (client-go's correlator
-/// key: source, involved object, type, reason, message), so `new` only
-/// bumps its count.
-pub fn same_event(existing: &Value, new: &Value) -> bool {
-    let io = |v: &Value| {
-        let r = &v["involvedObject"];
-        (r["kind"].clone(), r["namespace"].clone(), r["name"].clone(), r["uid"].clone(), r["apiVersion"].clone())
-    };
-    ["source", "type", "reason", "message"].iter().all(|f| existing[*f] == new[*f]) && io(existing) == io(new)
-}
-
-/// `existing` seen once more at `now`: count + 1, lastTimestamp.
-pub fn repeat_event(existing: &Value, now: &str) -> Value {
-    let mut v = existing.clone();
-    v["count"] = json!(existing["count"].as_i64().unwrap_or(1) + 1);
-    v["lastTimestamp"] = json!(now);
-    v
 }
 
 /// `t` as RFC 3339 in UTC, to the second (`metav1.Time`).

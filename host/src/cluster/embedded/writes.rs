@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::events;
 use super::managed::{self, Scope};
 use super::patch;
 use super::semantics::{self, DeletePlan, KindRules};
@@ -120,10 +121,6 @@ pub(super) fn patch(
     let rules = KindRules::of(&target.api_version, &target.kind, old.as_deref());
     let scope = rules.scope(status);
     let (config, force) = match patch {
-        Patch::Merge(p) | Patch::Json(p) if old.is_none() => {
-            let _ = p;
-            return Err(not_found());
-        }
         Patch::Merge(p) => {
             let old = old.ok_or_else(not_found)?;
             let mut doc = Value::clone(&old);
@@ -343,17 +340,17 @@ pub(super) fn record_event(
     let involved_obj: Option<Arc<Value>> = st.get(&target_key(involved));
     let suffix = format!("{:x}", nanos.wrapping_add(st.next_number()));
     let component = manager(params);
-    let info = semantics::EventInfo { event_type, reason, message, component };
-    let mut event = semantics::event(involved, involved_obj.as_deref(), info, &suffix, now);
+    let info = events::EventInfo { event_type, reason, message, component };
+    let mut event = events::event(involved, involved_obj.as_deref(), info, &suffix, now);
     let namespace = event["metadata"]["namespace"].clone();
     let same = st.find(|v| {
         v["kind"] == "Event"
             && v["apiVersion"] == "v1"
             && v["metadata"]["namespace"] == namespace
-            && semantics::same_event(v, &event)
+            && events::same_event(v, &event)
     });
     if let Some(existing) = same.first() {
-        let repeated = semantics::repeat_event(existing, now);
+        let repeated = events::repeat_event(existing, now);
         return if params.dry_run { Ok(Some(repeated)) } else { stored(st, repeated) };
     }
     let uid = st.new_uid();

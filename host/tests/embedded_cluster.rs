@@ -451,3 +451,85 @@ async fn file_edits_flow_beside_controller_writes() {
     assert!(w.informer.store().get("ns/made").is_some());
     assert!(store.get("/Secret/ns/a").is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_view_sees_objects_enter_and_leave_its_selector() {
+    let cluster = EmbeddedCluster::in_memory();
+    let w = Watcher::start(&cluster, ManifestFilter::default().kind("ConfigMap").labels("app=a").unwrap()).await;
+    let t = target("v1", "ConfigMap", "ns", "x");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns", "labels": {"app": "a"}}});
+    write(&cluster, WriteRequest::Create(cm), params("ctl")).await.unwrap();
+    let relabel = |app: &str| WriteRequest::Patch {
+        target: t.clone(),
+        patch: Patch::Merge(json!({"metadata": {"labels": {"app": app}}})),
+    };
+    write(&cluster, relabel("b"), params("ctl")).await.unwrap();
+    write(&cluster, relabel("a"), params("ctl")).await.unwrap();
+    let whats: Vec<&str> = [w.nth(0).await.0, w.nth(1).await.0, w.nth(2).await.0].into();
+    assert_eq!(whats, ["add", "delete", "add"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn apply_creates_and_removes_what_its_manager_no_longer_applies() {
+    let cluster = EmbeddedCluster::in_memory();
+    let t = target("apps/v1", "Deployment", "ns", "web");
+    let cfg = |labels: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "ns", "labels": labels},
+            "spec": {"replicas": 2}})
+    };
+    let apply = |config: Value| WriteRequest::Patch { target: t.clone(), patch: Patch::Apply { config, force: false } };
+    let created = write(&cluster, apply(cfg(json!({"a": "1", "b": "2"}))), params("ctl")).await.unwrap().unwrap();
+    assert_eq!((created["metadata"]["generation"].clone(), created["spec"]["replicas"].clone()), (json!(1), json!(2)));
+    assert!(created["metadata"]["uid"].is_string());
+    assert_eq!(created["metadata"]["managedFields"][0]["operation"], "Apply");
+    let again = write(&cluster, apply(cfg(json!({"a": "1"}))), params("ctl")).await.unwrap().unwrap();
+    assert_eq!(again["metadata"]["labels"], json!({"a": "1"}));
+    assert_eq!(again["metadata"]["generation"], 1, "labels are metadata");
+    // Another manager's update takes the field it changed.
+    let patch = Patch::Merge(json!({"spec": {"replicas": 5}}));
+    write(&cluster, WriteRequest::Patch { target: t.clone(), patch }, params("hpa")).await.unwrap();
+    let e = write(&cluster, apply(cfg(json!({"a": "1"}))), params("ctl")).await.unwrap_err();
+    assert!(matches!(&e, WriteError::Conflict(m) if m.contains("\"hpa\"") && m.contains(".spec.replicas")), "{e:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn orphan_deletes_keep_dependents_without_the_reference() {
+    let cluster = EmbeddedCluster::in_memory();
+    let owner = write(&cluster, WriteRequest::Create(deployment("web")), params("ctl")).await.unwrap().unwrap();
+    let reference =
+        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": owner["metadata"]["uid"]}]);
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "web-1", "namespace": "ns", "ownerReferences": reference}});
+    write(&cluster, WriteRequest::Create(rs), params("ctl")).await.unwrap();
+    let options =
+        DeleteOptions { propagation: Some(informer_host::cluster::Propagation::Orphan), ..DeleteOptions::default() };
+    let t = target("apps/v1", "Deployment", "ns", "web");
+    write(&cluster, WriteRequest::Delete { target: t, options }, params("ctl")).await.unwrap();
+    let kept = cluster.get(&target("apps/v1", "ReplicaSet", "ns", "web-1")).expect("orphaned, not deleted");
+    assert_eq!(kept["metadata"]["ownerReferences"], json!([]));
+}
+
+#[tokio::test]
+async fn a_file_edit_keeps_the_status_controllers_wrote_and_bumps_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = |replicas: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: ns\nspec:\n  replicas: {replicas}\n"
+        )
+    };
+    write_file(dir.path(), "web.yaml", &deploy(1));
+    let cluster = EmbeddedCluster::open(dir.path()).unwrap();
+    let w = Watcher::start(&cluster, ManifestFilter::default().kind("Deployment")).await;
+    let (_, seeded) = w.nth(0).await;
+    assert_eq!(field(&seeded, "/metadata/generation"), 1);
+    let t = target("apps/v1", "Deployment", "ns", "web");
+    let patch = Patch::Merge(json!({"status": {"readyReplicas": 1}}));
+    write(&cluster, WriteRequest::PatchStatus { target: t.clone(), patch }, params("ctl")).await.unwrap();
+    w.nth(1).await;
+    write_file(dir.path(), "web.yaml", &deploy(3));
+    let (what, edited) = w.nth(2).await;
+    assert_eq!(what, "update");
+    assert_eq!(field(&edited, "/spec/replicas"), 3);
+    assert_eq!(field(&edited, "/metadata/generation"), 2);
+    assert_eq!(field(&edited, "/status/readyReplicas"), 1);
+}

@@ -231,7 +231,7 @@ fn check_on_the_examples_prints_the_plugin_table() {
     assert!(cache_reader.contains("log,cache"), "{cache_reader}");
     let event_log = stdout.lines().find(|l| l.starts_with("event-log")).unwrap();
     assert!(event_log.contains("fuel 10000000, deadline 500ms, memory 16 MiB"), "{event_log}");
-    assert!(stdout.contains("host.toml: ok (4 informer(s), 4 plugin(s))"), "{stdout}");
+    assert!(stdout.contains("host.toml: ok (5 informer(s), 4 plugin(s), 1 controller(s)"), "{stdout}");
 }
 
 #[test]
@@ -332,7 +332,7 @@ fn run_the_examples_edit_a_manifest_scrape_and_terminate() {
         "added ConfigMap shop/feature-flags at rv",
         "Deployment shop/checkout is missing required labels: team",
         "Pod monitoring/debug-shell is missing required labels: app, team",
-        "4 informer(s) synced, 4 plugin(s) handled their initial list",
+        "5 informer(s) synced, 4 plugin(s) handled their initial list, 1 controller(s) synced",
     ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
     }
@@ -372,6 +372,64 @@ fn run_the_examples_edit_a_manifest_scrape_and_terminate() {
     assert_eq!(code, Some(0), "exit status after SIGTERM:\n{log}");
     assert!(log.contains("received SIGTERM, shutting down"), "{log}");
     assert!(log.contains("all informers stopped"), "{log}");
+}
+
+/// Lines the reloader controller logged (`controller{name=reloader}`).
+fn reloader_lines(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains("controller{name=reloader}") && l.contains(needle)).count()
+}
+
+#[test]
+fn the_reloader_patches_the_deployment_in_the_embedded_store_once_per_change() {
+    let demo = Demo::new();
+    // A second event-log on the Deployments: it sees what the controller
+    // wrote, as every informer of the directory does.
+    let mut config = demo.config();
+    let event_log = toml_path(&plugin_build::plugin_path("event-log"));
+    config.push_str(&format!(
+        "\n[[plugin]]\nname = \"deployment-log\"\nwasm = {event_log}\ninformer = \"deployments\"\ngrants = [\"log\"]\n"
+    ));
+    demo.set_config(&config);
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml"]);
+    let addr = host.admin_addr();
+    host.wait_for("ready in", 60);
+    // First sight: the hash goes on the Deployment's metadata (no roll).
+    let log = host.wait_until("the deployment-log plugin sees the patched Deployment", 30, |log| {
+        log.lines().any(|l| from_plugin(l, "deployment-log") && l.contains("updated Deployment shop/web rv"))
+    });
+    assert!(log.contains("controller{name=reloader}: started in"), "{log}");
+    assert_eq!(reloader_lines(&log, "write: patch Deployment shop/web"), 1, "{log}");
+    let (status, body) = http_get(addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("[+]controller reloader: synced"), "{body}");
+
+    // A real change of the ConfigMap it uses: one more patch (the pod
+    // template: a roll) and an Event.
+    let web = demo.path("manifests/web.yaml");
+    let text = std::fs::read_to_string(&web).unwrap();
+    assert!(text.contains("CACHE_TTL: \"30s\""), "examples/manifests/web.yaml changed shape");
+    std::fs::write(&web, text.replace("CACHE_TTL: \"30s\"", "CACHE_TTL: \"60s\"")).unwrap();
+    let log = host.wait_for("write: create Event shop/web", 30);
+    assert!(reloader_lines(&log, "shop/web: configuration changed, rolling") == 1, "{log}");
+    // The files are never rewritten.
+    assert!(std::fs::read_to_string(&web).unwrap().contains("CACHE_TTL: \"60s\""));
+    assert!(!std::fs::read_to_string(&web).unwrap().contains("config-hash"));
+
+    // A label-only change of the ConfigMap changes no data: no write.
+    let text = std::fs::read_to_string(&web).unwrap();
+    std::fs::write(&web, text.replace("team: storefront\ndata:", "team: storefront\n    tier: front\ndata:")).unwrap();
+    host.wait_until("the label change delivered", 30, |log| {
+        log.lines().filter(|l| from_plugin(l, "event-log") && l.contains("updated ConfigMap shop/web-config")).count()
+            >= 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(reloader_lines(&log, "write: patch Deployment shop/web"), 2, "one per real change:\n{log}");
+    assert_eq!(reloader_lines(&log, "write: create Event"), 1, "{log}");
+    assert!(log.contains("1 controller(s) stopped in"), "{log}");
+    let stopped = log.find("1 controller(s) stopped in").unwrap();
+    assert!(stopped < log.find("all informers stopped").unwrap(), "controllers stop before the informers:\n{log}");
 }
 
 #[test]
@@ -840,7 +898,7 @@ fn check_accepts_tenants_and_names_every_broken_tenant_setting() {
     let row = stdout.lines().find(|l| l.starts_with("shop-log ")).unwrap_or_else(|| panic!("no shop-log:\n{stdout}"));
     // The tenant's caps apply to what the plugin left out.
     assert!(row.contains(" shop ") && row.contains("memory 8 MiB, pending 100"), "{row}");
-    assert!(stdout.contains("host.toml: ok (4 informer(s), 5 plugin(s))"), "{stdout}");
+    assert!(stdout.contains("host.toml: ok (5 informer(s), 5 plugin(s), 1 controller(s)"), "{stdout}");
 
     // Too many plugins for the tenant, an unknown tenant, a plugin asking
     // for more than its tenant allows, and an admin API without a token.

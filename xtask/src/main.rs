@@ -58,7 +58,7 @@ fn build_plugins() -> anyhow::Result<std::path::PathBuf> {
         plugin_build::TARGET
     );
     let dir = plugin_build::build_all().map_err(|e| anyhow::anyhow!("building the plugins failed:\n{e}"))?;
-    for name in ["event-log", "label-audit", "cache-reader"] {
+    for name in ["event-log", "label-audit", "cache-reader", "reloader"] {
         let path = plugin_build::plugin_path(name);
         eprintln!("xtask:   {}", path.strip_prefix(plugin_build::repo_root()).unwrap_or(&path).display());
     }

@@ -87,9 +87,13 @@ impl CheckReport {
             )
             .collect();
         if problems.is_empty() {
+            let controllers = match config.controllers.len() {
+                0 => String::new(),
+                n => format!(", {n} controller(s) whose components `run` checks as it starts them"),
+            };
             let _ = writeln!(
                 out,
-                "{}: ok ({informers} informer(s), {} plugin(s))",
+                "{}: ok ({informers} informer(s), {} plugin(s){controllers})",
                 config.file.display(),
                 self.plugins.len()
             );

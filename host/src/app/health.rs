@@ -92,6 +92,7 @@ pub(super) async fn report_synced(informer: SharedIndexInformer, started: Instan
 /// after 30 s with what it still waits for.
 pub(super) async fn report_ready(plugins: Arc<Plugins>, started: Instant, stop: CancellationToken) {
     let observed = plugins.observed.clone();
+    let plugins_handle = plugins.clone();
     let mut warned = false;
     loop {
         let r = plugins.readiness();
@@ -106,6 +107,10 @@ pub(super) async fn report_ready(plugins: Arc<Plugins>, started: Instant, stop: 
             );
             if failed > 0 {
                 let _ = write!(line, ", {failed} plugin(s) failed to load");
+            }
+            let controllers = plugins_handle.controllers.running();
+            if controllers > 0 {
+                let _ = write!(line, ", {controllers} controller(s) synced");
             }
             tracing::info!("{line}");
             return;

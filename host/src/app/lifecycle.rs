@@ -81,6 +81,9 @@ pub struct App {
     #[cfg(unix)]
     hup: Option<tokio::signal::unix::Signal>,
     grace: Duration,
+    /// The sources: an embedded cluster watches its directory while it
+    /// is held.
+    _sources: Sources,
 }
 
 impl App {
@@ -152,7 +155,7 @@ impl App {
         // first SIGHUP that adds a plugin).
         let plugins = Arc::new(Plugins::new(observed.clone(), config.clone(), informers.clone()));
         plugins.expect_config_plugins(config);
-        if !config.plugins.is_empty() || config.admin.is_some() {
+        if !config.plugins.is_empty() || !config.controllers.is_empty() || config.admin.is_some() {
             plugins.registry().map_err(AppError::Runtime)?;
         }
 
@@ -210,6 +213,15 @@ impl App {
             running.push(RunningInformer { name: cfg.name.clone(), task });
         }
         plugins.load_config_plugins(config);
+        // Controllers once the informers run: each reconciles as soon as
+        // it has loaded and its informers deliver their initial lists.
+        if !config.controllers.is_empty() {
+            let runtime = plugins.registry().map_err(AppError::Runtime)?.runtime().clone();
+            let planned = plugins.controllers.plan(config, &sources);
+            let by_name: HashMap<String, SharedIndexInformer> =
+                plugins.informers.iter().map(|(c, i)| (c.name.clone(), i.clone())).collect();
+            plugins.controllers.start(planned, runtime, by_name, config);
+        }
         tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));
 
         Ok(App {
@@ -224,6 +236,7 @@ impl App {
             #[cfg(unix)]
             hup,
             grace,
+            _sources: sources,
         })
     }
 
@@ -285,6 +298,9 @@ impl App {
     /// period, and stops the admin server.
     pub async fn shutdown(self) {
         let App { stop, admin_stop, servers, informers, grace, plugins, .. } = self;
+        // Controllers first, while their informers still feed the caches
+        // their last reconciles read: no new keys, in-flight ones finish.
+        plugins.controllers.stop(grace).await;
         tracing::info!(
             "stopping {} informer(s); in-flight calls have {} to finish",
             informers.len(),

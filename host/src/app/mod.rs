@@ -18,6 +18,10 @@
 //!   reported too.
 //! - `health`: the `/metrics`, `/healthz` and `/readyz` server (readiness
 //!   counts plugins still loading as not ready) and the start-up lines.
+//! - `controllers`: the config's controllers, started once the informers
+//!   run, each writing to its primary informer's source (the embedded
+//!   cluster of a manifests directory, or the API server), counted by
+//!   `/readyz` until their informers synced, and drained at shutdown.
 //! - `reload`: SIGHUP re-reads the config and applies the difference to
 //!   the plugins.
 //! - `watch`: a plugin with `watch = true` is swapped when its wasm file
@@ -38,6 +42,7 @@ use crate::config::Config;
 use crate::plugin::PluginError;
 
 mod check;
+mod controllers;
 mod format;
 mod health;
 mod lifecycle;

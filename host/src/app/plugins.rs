@@ -33,6 +33,7 @@ use crate::metrics::{Check, Observed, PluginEntry, PluginState, Readiness};
 use crate::plugin::{LoadedPlugin, PluginError, PluginRuntime, RuntimeConfig};
 use crate::registry::{PluginDef, PluginRegistry};
 
+use super::controllers::Controllers;
 use super::format::{describe_load, fmt_duration};
 use super::totals::Totals;
 use super::watch::FileWatch;
@@ -88,6 +89,8 @@ pub(super) struct Plugins {
     permits: Semaphore,
     /// Cancelled once every plugin of the config was loaded or failed.
     config_loaded: CancellationToken,
+    /// The config's controllers (counted by [`Plugins::readiness`]).
+    pub(super) controllers: Arc<Controllers>,
 }
 
 /// The first 12 hex digits of a content hash.
@@ -135,6 +138,7 @@ impl Plugins {
             loading: parking_lot::Mutex::new(BTreeMap::new()),
             permits: Semaphore::new(load_parallelism()),
             config_loaded: CancellationToken::new(),
+            controllers: Arc::new(Controllers::default()),
         }
     }
 
@@ -372,8 +376,9 @@ impl Plugins {
     }
 
     /// What `/readyz` answers: [`Observed::readiness`] (every informer and
-    /// every running plugin synced), and every plugin still loading as not
-    /// ready, with how long it has been loading.
+    /// every running plugin synced), every plugin still loading as not
+    /// ready, with how long it has been loading, and every controller
+    /// starting or not synced as not ready.
     pub(super) fn readiness(&self) -> Readiness {
         // Loads first: a load ends by showing its plugin to metrics, then
         // leaving this list, so no plugin slips between the two reads.
@@ -391,6 +396,7 @@ impl Plugins {
         if !loading.is_empty() {
             r.ready = false;
         }
+        self.controllers.add_checks(&mut r);
         r
     }
 }

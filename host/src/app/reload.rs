@@ -4,7 +4,7 @@
 //! Added plugins are loaded, removed ones unloaded, one whose wasm file
 //! changed is swapped, one whose settings changed is unloaded and loaded
 //! again (after the new settings were tried). An invalid file changes
-//! nothing. Informers, `[host]` and `[admin]` need a restart: their changes
+//! nothing. Informers, controllers, `[host]` and `[admin]` need a restart: their changes
 //! are reported, not applied.
 
 use std::sync::Arc;
@@ -80,6 +80,16 @@ impl Plugins {
                 "informer changes need a restart (informer {}); the informers keep running as they are",
                 informer_changes.join(", informer ")
             );
+        }
+        // Controllers are not reloaded: compared without their locations.
+        let controllers = |c: &Config| -> Vec<String> {
+            c.controllers
+                .iter()
+                .map(|c| format!("{:?}", crate::config::ControllerConfig { location: Default::default(), ..c.clone() }))
+                .collect()
+        };
+        if controllers(old) != controllers(&new) {
+            tracing::warn!("[[controller]] changes need a restart; the controllers keep running as they are");
         }
         if old.host != new.host {
             tracing::warn!("[host] changes need a restart; they are not applied");

@@ -51,6 +51,11 @@ impl Sources {
         self.embedded.get(&canonical).map(EmbeddedCluster::writer)
     }
 
+    /// The Kubernetes client `kube` sources share, once one was opened.
+    pub fn kube_client(&self) -> Option<::kube::Client> {
+        self.client.clone()
+    }
+
     /// Every embedded cluster opened so far, by canonical directory.
     pub fn embedded_clusters(&self) -> &HashMap<PathBuf, Arc<EmbeddedCluster>> {
         &self.embedded

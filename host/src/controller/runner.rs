@@ -199,7 +199,12 @@ impl ControllerRunner {
             registrations.push((i.clone(), register(&i, handler, &s.informer)?));
         }
         let workers = (0..options.max_concurrent_reconciles.max(1))
-            .map(|_| tokio::spawn(worker(queue.clone(), loaded.clone(), ctx.clone(), stats.clone(), name.clone())))
+            .map(|_| {
+                // The caller's span (e.g. `controller{name=...}`) on every
+                // line a worker logs.
+                let w = worker(queue.clone(), loaded.clone(), ctx.clone(), stats.clone(), name.clone());
+                tokio::spawn(tracing::Instrument::instrument(w, tracing::Span::current()))
+            })
             .collect();
         tracing::info!(plugin = %name, primary = %options.primary, workers = options.max_concurrent_reconciles.max(1), "controller started");
         Ok(ControllerRunner { name, queue, loaded, guard, stats, registrations, workers })
@@ -259,7 +264,9 @@ async fn worker(
     while let Some(key) = queue.get().await {
         let (l, c, k) = (loaded.clone(), ctx.clone(), key.clone());
         let taken = instance.take();
+        let span = tracing::Span::current();
         let joined = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
             let mut inst = match taken {
                 Some(i) => i,
                 None => match l.instance(c) {

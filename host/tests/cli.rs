@@ -231,7 +231,11 @@ fn check_on_the_examples_prints_the_plugin_table() {
     assert!(cache_reader.contains("log,cache"), "{cache_reader}");
     let event_log = stdout.lines().find(|l| l.starts_with("event-log")).unwrap();
     assert!(event_log.contains("fuel 10000000, deadline 500ms, memory 16 MiB"), "{event_log}");
-    assert!(stdout.contains("host.toml: ok (5 informer(s), 4 plugin(s), 1 controller(s)"), "{stdout}");
+    assert!(stdout.contains("host.toml: ok (5 informer(s), 4 plugin(s), 1 controller(s))"), "{stdout}");
+    let reloader =
+        stdout.lines().find(|l| l.starts_with("reloader ")).unwrap_or_else(|| panic!("no reloader row:\n{stdout}"));
+    assert!(reloader.contains("reloader.wasm") && reloader.contains("informer-host:plugin/controller@"), "{reloader}");
+    assert!(reloader.contains("log,cache,kube") && reloader.contains("deadline 500ms, memory 32 MiB"), "{reloader}");
 }
 
 #[test]

@@ -1,11 +1,17 @@
 //! `informer-host check`: validates nothing itself (the config did), but
-//! compiles, type-checks and test-instantiates every plugin, and renders
-//! the table of plugins and every problem.
+//! compiles, type-checks and test-instantiates every plugin and every
+//! controller (against the `controller` world, with its grants), and
+//! renders the table of them and every problem.
 
 use std::fmt::Write as _;
 
-use crate::config::{Config, PluginConfig};
-use crate::plugin::{PluginError, PluginInfo};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::cluster::embedded::EmbeddedCluster;
+use crate::config::{Config, ControllerConfig, PluginConfig};
+use crate::controller::{ControllerCtx, WriteGuard};
+use crate::plugin::{Limits, PluginError, PluginInfo, PluginRuntime};
 
 use super::format::{fmt_size, tidy_path};
 use super::plugins::new_runtime;
@@ -16,30 +22,49 @@ pub struct CheckedPlugin {
     pub result: Result<PluginInfo, PluginError>,
 }
 
+/// One controller as `check` saw it.
+pub struct CheckedController {
+    pub config: ControllerConfig,
+    pub result: Result<PluginInfo, PluginError>,
+}
+
 /// What `check` found.
 pub struct CheckReport {
     pub plugins: Vec<CheckedPlugin>,
+    pub controllers: Vec<CheckedController>,
     /// A problem that stopped the check before any plugin was loaded.
     pub fatal: Option<String>,
 }
 
 impl CheckReport {
     pub fn ok(&self) -> bool {
-        self.fatal.is_none() && self.plugins.iter().all(|p| p.result.is_ok())
+        self.fatal.is_none()
+            && self.plugins.iter().all(|p| p.result.is_ok())
+            && self.controllers.iter().all(|c| c.result.is_ok())
     }
 
     /// The table of plugins and, below it, every problem.
     pub fn render(&self, config: &Config) -> String {
         let mut rows =
             vec![["PLUGIN", "FILE", "SIZE", "WORLD", "IMPORTS", "GRANTED", "TENANT", "LIMITS"].map(String::from)];
-        for p in &self.plugins {
-            let limits = describe_limits(&p.config);
-            let granted = if p.config.grant_names.is_empty() { "-".into() } else { p.config.grant_names.join(",") };
-            let tenant = p.config.tenant.clone().unwrap_or_else(|| "-".into());
-            let file = tidy_path(&p.config.wasm).display().to_string();
-            let row = match &p.result {
+        let rows_of = self
+            .plugins
+            .iter()
+            .map(|p| {
+                let c = &p.config;
+                (&c.name, &c.wasm, &c.grant_names, &c.tenant, describe_limits(&c.limits, c.max_pending), &p.result)
+            })
+            .chain(self.controllers.iter().map(|p| {
+                let c = &p.config;
+                (&c.name, &c.wasm, &c.grant_names, &c.tenant, describe_limits(&c.limits, None), &p.result)
+            }));
+        for (name, wasm, grant_names, tenant, limits, result) in rows_of {
+            let granted = if grant_names.is_empty() { "-".into() } else { grant_names.join(",") };
+            let tenant = tenant.clone().unwrap_or_else(|| "-".into());
+            let file = tidy_path(wasm).display().to_string();
+            let row = match result {
                 Ok(info) => [
-                    p.config.name.clone(),
+                    name.clone(),
                     file,
                     fmt_size(info.size_bytes),
                     info.world.clone(),
@@ -48,9 +73,7 @@ impl CheckReport {
                     tenant,
                     limits,
                 ],
-                Err(_) => {
-                    [p.config.name.clone(), file, "-".into(), "FAILED".into(), "-".into(), granted, tenant, limits]
-                }
+                Err(_) => [name.clone(), file, "-".into(), "FAILED".into(), "-".into(), granted, tenant, limits],
             };
             rows.push(row);
         }
@@ -61,7 +84,7 @@ impl CheckReport {
             }
         }
         let mut out = String::new();
-        if !self.plugins.is_empty() {
+        if !self.plugins.is_empty() || !self.controllers.is_empty() {
             for r in &rows {
                 let mut line = String::new();
                 for (i, (c, w)) in r.iter().zip(widths).enumerate() {
@@ -85,11 +108,16 @@ impl CheckReport {
                     .iter()
                     .filter_map(|p| p.result.as_ref().err().map(|e| format!("{}: {e}", config.at(p.config.location)))),
             )
+            .chain(
+                self.controllers
+                    .iter()
+                    .filter_map(|c| c.result.as_ref().err().map(|e| format!("{}: {e}", config.at(c.config.location)))),
+            )
             .collect();
         if problems.is_empty() {
-            let controllers = match config.controllers.len() {
+            let controllers = match self.controllers.len() {
                 0 => String::new(),
-                n => format!(", {n} controller(s) whose components `run` checks as it starts them"),
+                n => format!(", {n} controller(s)"),
             };
             let _ = writeln!(
                 out,
@@ -113,35 +141,58 @@ impl CheckReport {
 
 /// Compiles, type-checks and test-instantiates every plugin of a config.
 pub fn check(config: &Config) -> CheckReport {
-    if config.plugins.is_empty() {
-        return CheckReport { plugins: Vec::new(), fatal: None };
+    let empty = |fatal| CheckReport { plugins: Vec::new(), controllers: Vec::new(), fatal };
+    if config.plugins.is_empty() && config.controllers.is_empty() {
+        return empty(None);
     }
     let runtime = match new_runtime(config) {
         Ok(r) => r,
-        Err(e) => {
-            let e = super::AppError::Runtime(e);
-            return CheckReport { plugins: Vec::new(), fatal: Some(e.to_string()) };
-        }
+        Err(e) => return empty(Some(super::AppError::Runtime(e).to_string())),
     };
     let plugins = config
         .plugins
         .iter()
         .map(|p| CheckedPlugin { config: p.clone(), result: runtime.load(p.spec()).map(|l| l.info) })
         .collect();
-    CheckReport { plugins, fatal: None }
+    let controllers = config
+        .controllers
+        .iter()
+        .map(|c| CheckedController { config: c.clone(), result: check_controller(&runtime, c) })
+        .collect();
+    CheckReport { plugins, controllers, fatal: None }
 }
 
-fn describe_limits(p: &PluginConfig) -> String {
-    let fuel = match p.limits.fuel_per_call {
+/// Loads a controller (compile, type-check against its grants, one
+/// instance with `init`) with nothing to read and an empty in-memory
+/// cluster to write to: its writes would go nowhere that matters.
+fn check_controller(runtime: &PluginRuntime, c: &ControllerConfig) -> Result<PluginInfo, PluginError> {
+    // Its imports await writes on a runtime; a small one of its own.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| PluginError::Io {
+        plugin: c.name.clone(),
+        file: c.wasm.clone(),
+        message: format!("cannot start a runtime for the check: {e}"),
+    })?;
+    let ctx = Arc::new(ControllerCtx {
+        runtime: rt.handle().clone(),
+        guard: Arc::new(WriteGuard::new(c.guard_config(None), EmbeddedCluster::in_memory().writer())),
+        primary: None,
+        stores: HashMap::new(),
+        enqueue: Arc::new(|_, _| {}),
+    });
+    runtime.load_controller(c.spec(), ctx).map(|l| l.info)
+}
+
+fn describe_limits(limits: &Limits, max_pending: Option<usize>) -> String {
+    let fuel = match limits.fuel_per_call {
         Some(f) => format!("fuel {f}"),
         None => "fuel unlimited".into(),
     };
     let mut s = format!(
         "{fuel}, deadline {}, memory {}",
-        humantime::format_duration(p.limits.deadline_per_call),
-        fmt_size(p.limits.memory_bytes as u64)
+        humantime::format_duration(limits.deadline_per_call),
+        fmt_size(limits.memory_bytes as u64)
     );
-    if let Some(n) = p.max_pending {
+    if let Some(n) = max_pending {
         let _ = write!(s, ", pending {n}");
     }
     s

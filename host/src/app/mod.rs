@@ -53,7 +53,7 @@ mod sources;
 mod totals;
 mod watch;
 
-pub use check::{CheckReport, CheckedPlugin, check};
+pub use check::{CheckReport, CheckedController, CheckedPlugin, check};
 pub use format::{describe_load, fmt_duration, fmt_size};
 pub use lifecycle::{App, shutdown_signal};
 pub use logging::init_logging;

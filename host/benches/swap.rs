@@ -48,6 +48,9 @@ fn start(src: &MemorySource, registry: &PluginRegistry) -> CancellationToken {
 }
 
 fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
     v.sort();
     v[((v.len() - 1) as f64 * p) as usize]
 }
@@ -136,6 +139,9 @@ enum Neighbours {
     /// Tenant `a`: one spinning plugin per delivery worker, each spinning
     /// until its 1 s deadline on every update; the good plugin is tenant `b`.
     SpinningTenant,
+    /// The same spinners and good plugin without tenants: one group sharing
+    /// the informer's workers (what every tenant got before each had its own).
+    SpinningSharedWorkers,
 }
 
 fn everything_policy() -> TenantPolicy {
@@ -149,21 +155,22 @@ fn everything_policy() -> TenantPolicy {
     }
 }
 
-async fn neighbour_latency(neighbours: Neighbours) -> (Duration, Duration, Duration) {
+async fn neighbour_latency(neighbours: Neighbours) -> (Duration, Duration, Duration, usize, usize) {
     let src = MemorySource::new();
     let wasm = PluginRuntime::new(RuntimeConfig::default()).unwrap();
     let registry = PluginRegistry::new(wasm);
     let stop = start(&src, &registry);
     let lines: Lines = Default::default();
     let mut good = spec("good", "recorder", &lines);
-    if neighbours == Neighbours::SpinningTenant {
+    if matches!(neighbours, Neighbours::SpinningTenant | Neighbours::SpinningSharedWorkers) {
+        let tenants = neighbours == Neighbours::SpinningTenant;
         registry.set_tenant("a", everything_policy());
         registry.set_tenant("b", everything_policy());
-        good.tenant = Some("b".into());
+        good.tenant = tenants.then(|| "b".into());
         for i in 0..4 {
             let sink: Lines = Default::default();
             let mut spin = spec(&format!("a-spinner-{i}"), "spin", &sink);
-            spin.tenant = Some("a".into());
+            spin.tenant = tenants.then(|| "a".into());
             spin.config_json = r#"{"name":"*"}"#.into();
             spin.limits =
                 Limits { fuel_per_call: None, deadline_per_call: Duration::from_secs(1), ..Limits::default() };
@@ -197,7 +204,8 @@ async fn neighbour_latency(neighbours: Neighbours) -> (Duration, Duration, Durat
             lat.push(t.saturating_duration_since(*s));
         }
     }
-    (percentile(lat.clone(), 0.5), percentile(lat.clone(), 0.99), percentile(lat, 1.0))
+    let delivered = lat.len();
+    (percentile(lat.clone(), 0.5), percentile(lat.clone(), 0.99), percentile(lat, 1.0), delivered, sent.len())
 }
 
 fn main() {
@@ -208,13 +216,21 @@ fn main() {
     let alone = rt.block_on(neighbour_latency(Neighbours::None));
     let crowded = rt.block_on(neighbour_latency(Neighbours::Misbehaving));
     let tenant = rt.block_on(neighbour_latency(Neighbours::SpinningTenant));
-    println!("  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}", "alone", alone.0, alone.1, alone.2);
+    let shared = rt.block_on(neighbour_latency(Neighbours::SpinningSharedWorkers));
     println!(
-        "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}",
-        "beside a spinner (50 ms deadline) and a panicker", crowded.0, crowded.1, crowded.2
+        "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}  ({} of {} updates delivered by the end)",
+        "alone", alone.0, alone.1, alone.2, alone.3, alone.4
     );
     println!(
-        "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}",
-        "beside a tenant spinning on all 4 workers (1 s)", tenant.0, tenant.1, tenant.2
+        "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}  ({} of {} updates delivered by the end)",
+        "beside a spinner (50 ms deadline) and a panicker", crowded.0, crowded.1, crowded.2, crowded.3, crowded.4
+    );
+    println!(
+        "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}  ({} of {} updates delivered by the end)",
+        "beside a tenant spinning on all 4 workers (1 s)", tenant.0, tenant.1, tenant.2, tenant.3, tenant.4
+    );
+    println!(
+        "  {:<48} median {:>10.1?}  p99 {:>10.1?}  max {:>10.1?}  ({} of {} updates delivered by the end)",
+        "the same spinners, workers shared (no tenants)", shared.0, shared.1, shared.2, shared.3, shared.4
     );
 }

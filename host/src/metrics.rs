@@ -80,8 +80,22 @@ pub struct PluginEntry {
     pub state: PluginState,
 }
 
+/// One running controller (`[[controller]]`).
+#[derive(Clone)]
+pub struct ControllerEntry {
+    pub name: String,
+    /// Its primary informer.
+    pub informer: String,
+    pub reconciles: Arc<crate::controller::runner::ReconcileStats>,
+    /// Its write guard, whose counters are its writes'.
+    pub guard: Arc<crate::controller::WriteGuard>,
+    /// Keys waiting in its workqueue.
+    pub depth: Arc<dyn Fn() -> usize + Send + Sync>,
+}
+
 #[derive(Default)]
 struct Inner {
+    controllers: Vec<ControllerEntry>,
     informers: Vec<InformerEntry>,
     plugins: Vec<PluginEntry>,
 }
@@ -109,6 +123,18 @@ impl Observed {
     }
     pub fn remove_plugin(&self, name: &str) {
         self.inner.write().plugins.retain(|p| p.name != name);
+    }
+    /// Adds a running controller, replacing one of the same name.
+    pub fn set_controller(&self, entry: ControllerEntry) {
+        let mut inner = self.inner.write();
+        inner.controllers.retain(|c| c.name != entry.name);
+        inner.controllers.push(entry);
+    }
+    pub fn remove_controller(&self, name: &str) {
+        self.inner.write().controllers.retain(|c| c.name != name);
+    }
+    pub fn controllers(&self) -> Vec<ControllerEntry> {
+        self.inner.read().controllers.clone()
     }
     pub fn informers(&self) -> Vec<InformerEntry> {
         self.inner.read().informers.clone()
@@ -355,6 +381,60 @@ impl Collector for HostCollector {
             "The last resourceVersion the informer saw (when it is a number)",
             &rv,
         )?;
+
+        let controllers = self.observed.controllers();
+        let cl = |c: &ControllerEntry| -> Labels {
+            vec![("controller", c.name.as_str().into()), ("informer", c.informer.as_str().into())]
+        };
+        let with = |c: &ControllerEntry, key: &'static str, value: &'static str| -> Labels {
+            let mut l = cl(c);
+            l.push((key, value.into()));
+            l
+        };
+        let reconciles: Vec<_> = controllers
+            .iter()
+            .flat_map(|c| {
+                let s = &c.reconciles;
+                [
+                    (with(c, "outcome", "succeeded"), load(&s.succeeded)),
+                    (with(c, "outcome", "failed"), load(&s.failed)),
+                    (with(c, "outcome", "trapped"), load(&s.trapped)),
+                ]
+            })
+            .collect();
+        counters(
+            &mut encoder,
+            "controller_reconciles",
+            "Reconciles of the controller by outcome (failed and trapped ones are requeued with backoff)",
+            &reconciles,
+        )?;
+        let requeued: Vec<_> = controllers.iter().map(|c| (cl(c), load(&c.reconciles.requeued_after))).collect();
+        counters(
+            &mut encoder,
+            "controller_requeued_after",
+            "Successful reconciles that asked to be called again after a delay",
+            &requeued,
+        )?;
+        let writes: Vec<_> = controllers
+            .iter()
+            .flat_map(|c| {
+                let s = &c.guard.stats;
+                [
+                    (with(c, "outcome", "succeeded"), load(&s.succeeded)),
+                    (with(c, "outcome", "refused"), load(&s.refused)),
+                    (with(c, "outcome", "failed"), load(&s.failed)),
+                    (with(c, "outcome", "dry_run"), load(&s.dry_run)),
+                ]
+            })
+            .collect();
+        counters(
+            &mut encoder,
+            "controller_writes",
+            "Writes of the controller by outcome (refused: by the host's checks, nothing was sent)",
+            &writes,
+        )?;
+        let depth: Vec<_> = controllers.iter().map(|c| (cl(c), (c.depth)() as i64)).collect();
+        gauges(&mut encoder, "controller_queue_depth", "Keys waiting in the controller's workqueue", &depth)?;
 
         let pl = |p: &PluginEntry| -> Labels {
             vec![("plugin", p.name.as_str().into()), ("informer", p.informer.as_str().into())]

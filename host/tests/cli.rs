@@ -406,6 +406,15 @@ fn the_reloader_patches_the_deployment_in_the_embedded_store_once_per_change() {
     let (status, body) = http_get(addr, "/readyz");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("[+]controller reloader: synced"), "{body}");
+    let (_, metrics) = http_get(addr, "/metrics");
+    for want in [
+        "informer_host_controller_writes_total{controller=\"reloader\",informer=\"deployments\",outcome=\"succeeded\"} 1",
+        "informer_host_controller_writes_total{controller=\"reloader\",informer=\"deployments\",outcome=\"refused\"} 0",
+        "informer_host_controller_reconciles_total{controller=\"reloader\",informer=\"deployments\",outcome=\"failed\"} 0",
+        "informer_host_controller_queue_depth{controller=\"reloader\",informer=\"deployments\"}",
+    ] {
+        assert!(metrics.contains(want), "missing {want:?} in:\n{metrics}");
+    }
 
     // A real change of the ConfigMap it uses: one more patch (the pod
     // template: a roll) and an Event.

@@ -30,7 +30,7 @@ use crate::cluster::kube_writer::KubeWriter;
 use crate::config::{Config, ControllerConfig, InformerConfig, SourceConfig, TenantConfig};
 use crate::controller::{ControllerRunner, WriteGuard};
 use crate::informer::SharedIndexInformer;
-use crate::metrics::{Check, Readiness};
+use crate::metrics::{Check, ControllerEntry, Observed, Readiness};
 use crate::plugin::PluginRuntime;
 
 use super::format::fmt_duration;
@@ -114,6 +114,7 @@ impl Controllers {
         runtime: PluginRuntime,
         informers: HashMap<String, SharedIndexInformer>,
         config: &Config,
+        observed: Observed,
     ) {
         if planned.is_empty() {
             return;
@@ -124,11 +125,22 @@ impl Controllers {
             tracing::info!("starting {} controller(s)", planned.len());
             for p in planned {
                 let name = p.cfg.name.clone();
+                let informer = p.cfg.informer.clone();
                 let span = info_span!("controller", name = %name);
                 let at = format!("{}:{}", file.display(), p.cfg.location);
                 let outcome = start_one(p, runtime.clone(), informers.clone()).instrument(span.clone()).await;
                 let state = match outcome {
-                    Ok(runner) => State::Running(Box::new(runner)),
+                    Ok((runner, guard)) => {
+                        let queue = runner.shared_queue();
+                        observed.set_controller(ControllerEntry {
+                            name: name.clone(),
+                            informer: informer.clone(),
+                            reconciles: runner.shared_stats(),
+                            guard,
+                            depth: Arc::new(move || queue.len()),
+                        });
+                        State::Running(Box::new(runner))
+                    }
                     Err(error) => {
                         span.in_scope(|| tracing::error!("{at}: {error}; the rest keep running"));
                         State::Failed { error }
@@ -164,7 +176,7 @@ impl Controllers {
 
     /// Stops every running controller: no more keys are queued, in-flight
     /// reconciles finish (within `grace`), the workers end.
-    pub(super) async fn stop(&self, grace: Duration) {
+    pub(super) async fn stop(&self, grace: Duration, observed: &Observed) {
         let runners: Vec<ControllerRunner> = {
             let mut states = self.states.lock();
             let names: Vec<String> =
@@ -179,6 +191,9 @@ impl Controllers {
         };
         if runners.is_empty() {
             return;
+        }
+        for r in &runners {
+            observed.remove_controller(r.name());
         }
         let t = Instant::now();
         let n = runners.len();
@@ -196,14 +211,15 @@ impl Controllers {
     }
 }
 
-/// Loads one controller and starts its workers.
+/// Loads one controller and starts its workers; its write guard too.
 async fn start_one(
     p: Planned,
     runtime: PluginRuntime,
     informers: HashMap<String, SharedIndexInformer>,
-) -> Result<ControllerRunner, String> {
+) -> Result<(ControllerRunner, Arc<WriteGuard>), String> {
     let writer = p.writer?;
     let guard = Arc::new(WriteGuard::new(p.cfg.guard_config(p.tenant.as_ref()), writer));
+    let kept = guard.clone();
     let visibility = p.tenant.as_ref().map(TenantConfig::visibility);
     let options = p.cfg.options();
     let spec = p.cfg.spec();
@@ -230,5 +246,5 @@ async fn start_one(
         c.tenant.as_ref().map(|t| format!(", tenant {t}")).unwrap_or_default(),
         if c.dry_run { ", dry run" } else { "" },
     );
-    Ok(runner)
+    Ok((runner, kept))
 }

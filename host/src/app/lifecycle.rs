@@ -220,7 +220,7 @@ impl App {
             let planned = plugins.controllers.plan(config, &sources);
             let by_name: HashMap<String, SharedIndexInformer> =
                 plugins.informers.iter().map(|(c, i)| (c.name.clone(), i.clone())).collect();
-            plugins.controllers.start(planned, runtime, by_name, config);
+            plugins.controllers.start(planned, runtime, by_name, config, observed.clone());
         }
         tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));
 
@@ -300,7 +300,7 @@ impl App {
         let App { stop, admin_stop, servers, informers, grace, plugins, .. } = self;
         // Controllers first, while their informers still feed the caches
         // their last reconciles read: no new keys, in-flight ones finish.
-        plugins.controllers.stop(grace).await;
+        plugins.controllers.stop(grace, &plugins.observed).await;
         tracing::info!(
             "stopping {} informer(s); in-flight calls have {} to finish",
             informers.len(),

@@ -223,6 +223,16 @@ impl ControllerRunner {
         &self.stats
     }
 
+    /// The reconcile counters, shared (for metrics).
+    pub fn shared_stats(&self) -> Arc<ReconcileStats> {
+        self.stats.clone()
+    }
+
+    /// The workqueue, shared (for metrics).
+    pub fn shared_queue(&self) -> Arc<RateLimitingQueue<String>> {
+        self.queue.clone()
+    }
+
     /// The write guard's counters.
     pub fn guard(&self) -> &WriteGuard {
         &self.guard

@@ -167,7 +167,13 @@ impl ControllerRunner {
         let filter = visibility.clone();
         let mut registrations = Vec::new();
         let register = |informer: &SharedIndexInformer, handler: Box<dyn ResourceEventHandler>, what: &str| {
-            let options = HandlerOptions { filter: filter.clone(), ..HandlerOptions::named(format!("{name}/{what}")) };
+            // The informer's default resync, as client-go's `AddEventHandler`
+            // gives it: a resync enqueues every key.
+            let options = HandlerOptions {
+                filter: filter.clone(),
+                resync_period: informer.default_resync_period(),
+                ..HandlerOptions::named(format!("{name}/{what}"))
+            };
             informer
                 .add_event_handler_with_options(handler, options)
                 .map_err(|source| ControllerError::Informer { plugin: name.clone(), source })

@@ -233,6 +233,11 @@ impl SharedIndexInformer {
     pub fn last_sync_resource_version(&self) -> String {
         self.inner.last_sync_resource_version.lock().clone()
     }
+    /// The resync period of handlers added without one
+    /// ([`SharedIndexInformer::add_event_handler`], controllers' handlers).
+    pub fn default_resync_period(&self) -> Duration {
+        self.inner.default_resync_period
+    }
     /// The period at which the informer checks for due resyncs.
     pub fn resync_check_period(&self) -> Duration {
         self.inner.state.lock().resync_check_period

@@ -76,6 +76,9 @@ enum State {
 #[derive(Default)]
 pub(super) struct Controllers {
     states: parking_lot::Mutex<BTreeMap<String, State>>,
+    /// Set by [`Controllers::stop`]: controllers not started yet are not
+    /// started, one that finishes starting is stopped at once.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// One controller ready to start: its config, tenant and writer.
@@ -124,29 +127,48 @@ impl Controllers {
         tokio::spawn(async move {
             tracing::info!("starting {} controller(s)", planned.len());
             for p in planned {
+                if this.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                    this.states.lock().remove(&p.cfg.name);
+                    continue;
+                }
                 let name = p.cfg.name.clone();
                 let informer = p.cfg.informer.clone();
                 let span = info_span!("controller", name = %name);
                 let at = format!("{}:{}", file.display(), p.cfg.location);
                 let outcome = start_one(p, runtime.clone(), informers.clone()).instrument(span.clone()).await;
-                let state = match outcome {
+                match outcome {
                     Ok((runner, guard)) => {
                         let queue = runner.shared_queue();
-                        observed.set_controller(ControllerEntry {
+                        let entry = ControllerEntry {
                             name: name.clone(),
                             informer: informer.clone(),
                             reconciles: runner.shared_stats(),
                             guard,
                             depth: Arc::new(move || queue.len()),
-                        });
-                        State::Running(Box::new(runner))
+                        };
+                        // Checked under the lock `stop` takes after setting
+                        // the flag: a runner is either seen by `stop` or
+                        // stopped here.
+                        let late = {
+                            let mut states = this.states.lock();
+                            if this.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                                states.remove(&name);
+                                Some(runner)
+                            } else {
+                                observed.set_controller(entry);
+                                states.insert(name, State::Running(Box::new(runner)));
+                                None
+                            }
+                        };
+                        if let Some(runner) = late {
+                            runner.stop().instrument(span).await;
+                        }
                     }
                     Err(error) => {
                         span.in_scope(|| tracing::error!("{at}: {error}; the rest keep running"));
-                        State::Failed { error }
+                        this.states.lock().insert(name, State::Failed { error });
                     }
-                };
-                this.states.lock().insert(name, state);
+                }
             }
         });
     }
@@ -177,6 +199,7 @@ impl Controllers {
     /// Stops every running controller: no more keys are queued, in-flight
     /// reconciles finish (within `grace`), the workers end.
     pub(super) async fn stop(&self, grace: Duration, observed: &Observed) {
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
         let runners: Vec<ControllerRunner> = {
             let mut states = self.states.lock();
             let names: Vec<String> =

@@ -208,11 +208,13 @@ impl NamespaceDefaults {
                 .subjects
                 .iter()
                 .map(|subject| {
-                    // The server fills in apiGroup; setting it keeps the comparison exact.
-                    let api_group = if subject.kind == "ServiceAccount" { "" } else { "rbac.authorization.k8s.io" };
-                    let mut value = json!({
-                        "kind": subject.kind, "apiGroup": api_group, "name": subject.name.replace("{tenant}", tenant),
-                    });
+                    // The server defaults apiGroup, and stores a ServiceAccount's
+                    // empty one as absent (`omitempty`): written the way it is
+                    // stored, the comparison with the cache stays exact.
+                    let mut value = json!({ "kind": subject.kind, "name": subject.name.replace("{tenant}", tenant) });
+                    if subject.kind != "ServiceAccount" {
+                        value["apiGroup"] = json!("rbac.authorization.k8s.io");
+                    }
                     if let Some(ns) = &subject.namespace {
                         value["namespace"] = json!(ns.replace("{tenant}", tenant));
                     }
@@ -278,10 +280,7 @@ mod tests {
 
         let binding = &desired[1].1;
         assert_eq!(binding["roleRef"]["name"], "edit");
-        assert_eq!(
-            binding["subjects"],
-            json!([{"kind": "ServiceAccount", "apiGroup": "", "name": "ci", "namespace": "a-ci"}])
-        );
+        assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "ci", "namespace": "a-ci"}]));
         assert_eq!(
             Target::of_json(binding),
             Some(Target::namespaced("rbac.authorization.k8s.io/v1", "RoleBinding", "team-a", "tenant-admins"))

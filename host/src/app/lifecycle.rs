@@ -8,7 +8,10 @@
 //! informer as soon as it has loaded. Health answers, and the healthy
 //! plugins get their notifications, while a slow plugin is still loading;
 //! `/readyz` says not ready until every plugin has loaded (or failed) and
-//! handled its initial list. On SIGINT/SIGTERM the informers stop,
+//! handled its initial list. The controllers start after the informers,
+//! in the background too ([`super::controllers`]), and count as not ready
+//! until they started and their informers synced. On SIGINT/SIGTERM the
+//! controllers drain first, then the informers stop,
 //! in-flight calls get a grace period, and the servers stop; SIGHUP
 //! meanwhile re-reads the config ([`super::reload`]).
 

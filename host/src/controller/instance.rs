@@ -21,7 +21,7 @@ use crate::informer::ObjectRef;
 use crate::plugin::bindings::MAX_ERROR_BYTES;
 use crate::plugin::handler::{call_budget, describe_trap};
 use crate::plugin::log_budget::{LogBudget, sanitize};
-use crate::plugin::runtime::{CACHE, LOG, TYPES, Ticker, check_preamble};
+use crate::plugin::runtime::{CACHE, LOG, TYPES, Ticker, check_imports, check_preamble};
 use crate::plugin::sandbox::{PluginShared, Sandbox, new_store};
 use crate::plugin::{PluginError, PluginInfo, PluginRuntime, PluginSpec, PluginStats};
 
@@ -89,26 +89,19 @@ impl PluginRuntime {
                 exports.join(", ")
             )));
         }
-        for import in &imports {
-            let granted = if import.starts_with("wasi:") || import.starts_with(TYPES) || import.starts_with(QUEUE) {
-                true
+        check_imports(&spec, &imports, " to controllers", |import| {
+            if import.starts_with("wasi:") || import.starts_with(TYPES) || import.starts_with(QUEUE) {
+                Some(true)
             } else if import.starts_with(LOG) {
-                spec.grants.log
+                Some(spec.grants.log)
             } else if import.starts_with(CACHE) || import.starts_with(STORES) {
-                spec.grants.cache
+                Some(spec.grants.cache)
             } else if import.starts_with(KUBE) {
-                spec.grants.kube
+                Some(spec.grants.kube)
             } else {
-                return Err(wrong(format!("imports {import}, which no host provides to controllers")));
-            };
-            if !granted {
-                return Err(PluginError::NotGranted {
-                    plugin: spec.name.clone(),
-                    file: spec.wasm.clone(),
-                    import: import.clone(),
-                });
+                None
             }
-        }
+        })?;
         let linker = self.linker(&spec.grants)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(|e| wrong(format!("{e:#}")))?;
         let pre = ControllerPre::new(instance_pre).map_err(|e| wrong(format!("{e:#}")))?;

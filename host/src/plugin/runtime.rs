@@ -229,24 +229,17 @@ impl PluginRuntime {
         if !exports.iter().any(|e| e.starts_with(EXPORT)) {
             return Err(wrong(format!("missing export {EXPORT}@0.1.0; it exports [{}]", exports.join(", "))));
         }
-        for import in &imports {
-            let granted = if import.starts_with("wasi:") || import.starts_with(TYPES) || import == DELIVERY {
-                true
+        check_imports(&spec, &imports, "", |import| {
+            if import.starts_with("wasi:") || import.starts_with(TYPES) || import == DELIVERY {
+                Some(true)
             } else if import.starts_with(LOG) {
-                spec.grants.log
+                Some(spec.grants.log)
             } else if import.starts_with(CACHE) {
-                spec.grants.cache
+                Some(spec.grants.cache)
             } else {
-                return Err(wrong(format!("imports {import}, which no host provides")));
-            };
-            if !granted {
-                return Err(PluginError::NotGranted {
-                    plugin: spec.name.clone(),
-                    file: spec.wasm.clone(),
-                    import: import.clone(),
-                });
+                None
             }
-        }
+        })?;
         let linker = self.linker(&spec.grants)?;
         let instance_pre = linker.instantiate_pre(&component).map_err(|e| wrong(format!("{e:#}")))?;
         let pre = PluginPre::new(instance_pre).map_err(|e| wrong(format!("{e:#}")))?;
@@ -290,6 +283,38 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Checks that every import of a component is one the host provides
+/// (`granted` answers `None` for an unknown one) and that the plugin was
+/// granted it. `to` completes "which no host provides" (e.g. " to
+/// controllers").
+pub(crate) fn check_imports(
+    spec: &PluginSpec,
+    imports: &[String],
+    to: &str,
+    granted: impl Fn(&str) -> Option<bool>,
+) -> Result<(), PluginError> {
+    for import in imports {
+        match granted(import) {
+            Some(true) => {}
+            Some(false) => {
+                return Err(PluginError::NotGranted {
+                    plugin: spec.name.clone(),
+                    file: spec.wasm.clone(),
+                    import: import.clone(),
+                });
+            }
+            None => {
+                return Err(PluginError::WrongWorld {
+                    plugin: spec.name.clone(),
+                    file: spec.wasm.clone(),
+                    message: format!("imports {import}, which no host provides{to}"),
+                });
+            }
+        }
+    }
     Ok(())
 }
 

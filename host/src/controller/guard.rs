@@ -196,7 +196,8 @@ impl WriteGuard {
             dry_run: self.config.dry_run,
             impersonate: self.config.impersonate.clone(),
         };
-        let summary = dry_run_summary(&request);
+        // Only a dry run logs the body; other writes must not pay for it.
+        let summary = if self.config.dry_run { dry_run_summary(&request) } else { String::new() };
         let left = self.config.timeout.saturating_sub(started.elapsed());
         let answer = match tokio::time::timeout(left, self.writer.write(request, params)).await {
             Ok(answer) => answer,

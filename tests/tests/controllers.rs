@@ -307,3 +307,35 @@ async fn dry_run_sends_dry_run_and_changes_nothing() {
     c.stop().await;
     s.run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_enqueues_traps_at_the_per_call_bound_and_queues_at_most_that() {
+    let s = Setup::new(&[("a", "flood"), ("a", "fine")]);
+    let config = json!({"flood": {"key": "a/flood", "count": 5000, "key_bytes": 40}, "label": true});
+    let c = s.start(config, guard("flooder"), None);
+    eventually("fine is labelled", || s.src.get("a/fine").is_some_and(|o| o.label("reconciled") == Some("yes"))).await;
+    eventually("the flood trapped", || c.loaded().stats.traps_protocol.load(std::sync::atomic::Ordering::Relaxed) >= 1)
+        .await;
+    // 1000 distinct keys got in before the 1001st enqueue trapped; the
+    // reconcile never finished, so `flooded` was never logged.
+    assert_eq!(s.log.count("flooded a/flood"), 0);
+    let queued = c.queue().len() + c.queue().waiting_len() + c.queue().processing_len();
+    assert!(queued <= 1_000 + 3, "queued {queued}");
+    c.stop().await;
+    s.run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_cannot_be_an_object_key_traps_and_queues_nothing() {
+    let s = Setup::new(&[("a", "long")]);
+    let config = json!({"flood": {"key": "a/long", "count": 1, "key_bytes": 1 << 20}});
+    let c = s.start(config, guard("long-keys"), None);
+    eventually("the enqueue trapped", || {
+        c.loaded().stats.traps_protocol.load(std::sync::atomic::Ordering::Relaxed) >= 1
+    })
+    .await;
+    assert!(c.queue().len() + c.queue().waiting_len() <= 1, "only a/long itself, requeued with backoff");
+    assert!(s.log.lines().iter().all(|l| l != "flooded a/long"));
+    c.stop().await;
+    s.run.stop().await;
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::config::{Config, ControllerConfig, PluginConfig};
-use crate::controller::{ControllerCtx, WriteGuard};
+use crate::controller::{ControllerCtx, KeyQueue, WriteGuard};
 use crate::plugin::{Limits, PluginError, PluginInfo, PluginRuntime};
 
 use super::format::{fmt_size, tidy_path};
@@ -177,7 +177,7 @@ fn check_controller(runtime: &PluginRuntime, c: &ControllerConfig) -> Result<Plu
         guard: Arc::new(WriteGuard::new(c.guard_config(None), EmbeddedCluster::in_memory().writer())),
         primary: None,
         stores: HashMap::new(),
-        enqueue: Arc::new(|_, _| {}),
+        keys: KeyQueue::default(),
     });
     runtime.load_controller(c.spec(), ctx).map(|l| l.info)
 }

@@ -12,8 +12,9 @@ use std::time::Duration;
 use wasmtime::component::Resource;
 
 use super::ControllerCtx;
+use super::keys::{MAX_ENQUEUES_PER_CALL, check_key};
 use crate::cluster::{self, Cause, WriteError, WriteRequest};
-use crate::plugin::bindings::{MAX_ERROR_BYTES, ObjectHandle};
+use crate::plugin::bindings::{MAX_ERROR_BYTES, ObjectHandle, ProtocolViolation};
 use crate::plugin::log_budget::sanitize;
 use crate::plugin::sandbox::Sandbox;
 
@@ -25,9 +26,11 @@ wasmtime::component::bindgen!({
         "informer-host:plugin/log": crate::plugin::bindings::informer_host::plugin::log,
         "informer-host:plugin/cache": crate::plugin::bindings::informer_host::plugin::cache,
     },
-    // May trap: handing out object handles past the instance's cap.
+    // May trap: handing out object handles past the instance's cap, a
+    // malformed key or too many in one call.
     imports: {
         "informer-host:plugin/stores": trappable,
+        "informer-host:plugin/queue": trappable,
     },
 });
 
@@ -179,9 +182,21 @@ impl wit::Host for Sandbox {
 }
 
 impl self::informer_host::plugin::queue::Host for Sandbox {
-    fn enqueue(&mut self, key: String, after_ms: u64) {
-        let ctx = self.controller();
-        (ctx.enqueue)(key, Duration::from_millis(after_ms));
+    /// Traps on a key that cannot be an object key and past
+    /// [`MAX_ENQUEUES_PER_CALL`] calls in one guest call: both are the
+    /// guest's bug or an attack on the host's memory, not a refusal the
+    /// guest could handle. A full queue drops the key (counted).
+    fn enqueue(&mut self, key: String, after_ms: u64) -> wasmtime::Result<()> {
+        self.enqueues += 1;
+        if self.enqueues > MAX_ENQUEUES_PER_CALL {
+            return Err(ProtocolViolation(format!(
+                "more than {MAX_ENQUEUES_PER_CALL} queue.enqueue calls in one call"
+            ))
+            .into());
+        }
+        check_key(&key).map_err(|why| ProtocolViolation(format!("queue.enqueue of {why}")))?;
+        self.controller().keys.add_from_guest(key, Duration::from_millis(after_ms));
+        Ok(())
     }
 }
 

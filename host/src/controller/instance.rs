@@ -199,6 +199,7 @@ fn arm(store: &mut Store<Sandbox>, spec: &PluginSpec, factor: u32) -> u64 {
     let _ = store.set_fuel(fuel);
     store.set_epoch_deadline(ticks);
     store.data().shared.log.new_call();
+    store.data_mut().enqueues = 0;
     fuel
 }
 

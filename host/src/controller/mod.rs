@@ -12,26 +12,25 @@
 //! - [`bindings`]: the world's host bindings and imports.
 //! - [`instance`]: loading a controller and running its instances.
 //! - [`guard`]: the checks every write passes before it leaves.
+//! - [`keys`]: what a key may be, and how many a guest may queue.
 //! - [`runner`]: the workqueue, the workers and what feeds them.
 
 pub mod bindings;
 pub mod guard;
 pub mod instance;
+pub mod keys;
 pub mod runner;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::plugin::CacheView;
 
 pub use bindings::Outcome;
 pub use guard::{GuardConfig, NamespaceScope, WriteGuard, WriteRule, WriteStats};
 pub use instance::{CONTROLLER_WORLD, ControllerInstance, LoadedController, ReconcileError};
+pub use keys::{KeyQueue, check_key};
 pub use runner::{ControllerOptions, ControllerRunner, Mapping, Secondary};
-
-/// Queues a primary key after a delay (the `queue` import).
-pub type EnqueueFn = Arc<dyn Fn(String, Duration) + Send + Sync>;
 
 /// What a controller's instances reach through their imports; shared by
 /// every instance of one controller.
@@ -44,7 +43,8 @@ pub struct ControllerCtx {
     pub primary: Option<CacheView>,
     /// Every watched informer's cache by name (the `stores` import).
     pub stores: HashMap<String, CacheView>,
-    pub enqueue: EnqueueFn,
+    /// The controller's workqueue (the `queue` import, the informers).
+    pub keys: KeyQueue,
 }
 
 impl ControllerCtx {

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::task::JoinHandle;
 
 use super::instance::{ControllerInstance, LoadedController, ReconcileError};
-use super::{ControllerCtx, EnqueueFn, Outcome, WriteGuard};
+use super::{ControllerCtx, KeyQueue, Outcome, WriteGuard, check_key};
 use crate::informer::{
     DeletedObject, Delivery, HandlerError, HandlerOptions, InformerError, Object, ObjectRef, Registration,
     ResourceEventHandler, SharedIndexInformer,
@@ -147,20 +147,13 @@ impl ControllerRunner {
             stores.insert(s.informer.clone(), view(&informer(&s.informer)?));
         }
         let queue = Arc::new(RateLimitingQueue::new(options.rate_limiter.build()));
-        let enqueue: EnqueueFn = {
-            let queue = Arc::downgrade(&queue);
-            Arc::new(move |key, after| {
-                if let Some(q) = queue.upgrade() {
-                    if after.is_zero() { q.add(key) } else { q.add_after(key, after) }
-                }
-            })
-        };
+        let keys = KeyQueue::new(&queue);
         let ctx = Arc::new(ControllerCtx {
             runtime: tokio::runtime::Handle::current(),
             guard: guard.clone(),
             primary: stores.get(&options.primary).cloned(),
             stores,
-            enqueue: enqueue.clone(),
+            keys: keys.clone(),
         });
         let loaded = Arc::new(runtime.load_controller(spec, ctx.clone())?);
         let stats = Arc::new(ReconcileStats::default());
@@ -181,18 +174,18 @@ impl ControllerRunner {
         let primary_view = ctx.primary.clone().expect("inserted above");
         registrations.push((
             primary.clone(),
-            register(&primary, Box::new(Enqueuer { map: KeyMap::Own, enqueue: enqueue.clone() }), "primary")?,
+            register(&primary, Box::new(Enqueuer { map: KeyMap::Own, keys: keys.clone() }), "primary")?,
         ));
         for s in &options.secondaries {
             let i = informer(&s.informer)?;
             let handler: Box<dyn ResourceEventHandler> = match &s.mapping {
                 Mapping::Owner => Box::new(Enqueuer {
                     map: KeyMap::Owner { kind: options.primary_kind.clone(), primary: primary_view.clone() },
-                    enqueue: enqueue.clone(),
+                    keys: keys.clone(),
                 }),
                 Mapping::Label(label) => Box::new(Enqueuer {
                     map: KeyMap::Label { label: label.clone(), primary: primary_view.clone() },
-                    enqueue: enqueue.clone(),
+                    keys: keys.clone(),
                 }),
                 Mapping::Plugin => Box::new(PluginMapper {
                     informer: s.informer.clone(),
@@ -380,13 +373,13 @@ impl KeyMap {
 /// (a changed owner reference or label reconciles the old primary too).
 struct Enqueuer {
     map: KeyMap,
-    enqueue: EnqueueFn,
+    keys: KeyQueue,
 }
 
 impl Enqueuer {
     fn add(&self, obj: &Object) {
         for key in self.map.keys(obj) {
-            (self.enqueue)(key, std::time::Duration::ZERO);
+            self.keys.add(key, std::time::Duration::ZERO);
         }
     }
 }
@@ -405,7 +398,7 @@ impl ResourceEventHandler for Enqueuer {
     }
     fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
         match &self.map {
-            KeyMap::Own => (self.enqueue)(obj.key().to_string(), std::time::Duration::ZERO),
+            KeyMap::Own => self.keys.add(obj.key().to_string(), std::time::Duration::ZERO),
             _ => self.add(obj.object()),
         }
         Ok(())
@@ -440,8 +433,17 @@ impl PluginMapper {
                     tracing::warn!(plugin = %self.loaded.spec.name, informer = %self.informer, "map returned {} keys for {}; only the first {MAX_MAPPED_KEYS} are queued", keys.len(), obj.key());
                     keys.truncate(MAX_MAPPED_KEYS);
                 }
+                let mut refused = 0;
                 for key in keys {
-                    (self.ctx.enqueue)(key, std::time::Duration::ZERO);
+                    match check_key(&key) {
+                        Ok(()) => self.ctx.keys.add(key, std::time::Duration::ZERO),
+                        Err(why) => {
+                            refused += 1;
+                            if refused == 1 {
+                                tracing::warn!(plugin = %self.loaded.spec.name, informer = %self.informer, "map for {} returned {why}; such keys are not queued", obj.key());
+                            }
+                        }
+                    }
                 }
                 Ok(())
             }

@@ -71,6 +71,8 @@ pub(crate) struct Sandbox {
     /// Object handles the instance holds, and the most it may hold.
     pub handles: usize,
     pub max_handles: usize,
+    /// `queue.enqueue` calls in the call in flight (controllers).
+    pub enqueues: u32,
 }
 
 impl WasiView for Sandbox {
@@ -111,8 +113,17 @@ pub(crate) fn new_store(engine: &wasmtime::Engine, shared: Arc<PluginShared>) ->
     let wasi = wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).build();
     let limiter = MemoryCap { cap: shared.memory_bytes, refused: false };
     let max_handles = (shared.memory_bytes / HANDLE_COST).max(1024);
-    let sandbox =
-        Sandbox { table: ResourceTable::new(), wasi, limiter, shared, stderr, progress: None, handles: 0, max_handles };
+    let sandbox = Sandbox {
+        table: ResourceTable::new(),
+        wasi,
+        limiter,
+        shared,
+        stderr,
+        progress: None,
+        handles: 0,
+        max_handles,
+        enqueues: 0,
+    };
     let mut store = Store::new(engine, sandbox);
     store.limiter(|s| &mut s.limiter);
     store

@@ -17,11 +17,14 @@
 //!   controller must be: the update it causes reconciles to nothing.
 //! - `write_to`: a namespace: instead, create a ConfigMap named after the
 //!   key there (for tests of the tenant's namespaces).
+//! - `flood`: `{"key": k, "count": n, "key_bytes": b}`: reconciling `k`
+//!   calls `queue.enqueue` `n` times with distinct keys of `b` bytes (for
+//!   tests of the host's bounds on a guest's enqueues).
 
 use std::collections::BTreeMap;
 
 use informer_guest::controller::kube::{self, Patch, Target};
-use informer_guest::controller::{Action, Reconciler, stores};
+use informer_guest::controller::{Action, Reconciler, queue, stores};
 use informer_guest::{Config, info};
 use serde::Deserialize;
 use serde_json::json;
@@ -37,6 +40,15 @@ struct Settings {
     replace: bool,
     informer: String,
     write_to: Option<String>,
+    flood: Option<Flood>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Flood {
+    key: String,
+    count: u32,
+    key_bytes: usize,
 }
 
 impl Default for Settings {
@@ -50,6 +62,7 @@ impl Default for Settings {
             replace: false,
             informer: "cms".into(),
             write_to: None,
+            flood: None,
         }
     }
 }
@@ -80,6 +93,16 @@ impl Reconciler for TestController {
             loop {
                 spins = std::hint::black_box(spins.wrapping_add(1));
             }
+        }
+        if let Some(f) = s.flood.as_ref().filter(|f| f.key == key) {
+            for i in 0..f.count {
+                let name = format!("flood-{i}-");
+                queue::enqueue(
+                    &format!("{name}{}", "x".repeat(f.key_bytes.saturating_sub(name.len()))),
+                    std::time::Duration::ZERO,
+                );
+            }
+            info!("flooded {key}");
         }
         if s.fail.get(key).is_some_and(|&max| n <= max) {
             return Err(format!("told to fail {key} ({n})"));

@@ -36,6 +36,16 @@
 //! | `plugin_log_dropped_bytes_total` | counter | plugin, informer |
 //! | `plugin_json_calls_total` | counter | plugin, informer |
 //! | `plugin_info` | info | plugin, informer, file, hash, world |
+//! | `controller_reconciles_total` | counter | controller, informer, outcome |
+//! | `controller_requeued_after_total` | counter | controller, informer |
+//! | `controller_writes_total` | counter | controller, informer, outcome |
+//! | `workqueue_depth` | gauge | controller, informer |
+//! | `workqueue_adds_total` | counter | controller, informer |
+//! | `workqueue_retries_total` | counter | controller, informer |
+//! | `workqueue_queue_duration_seconds` | histogram | controller, informer |
+//! | `workqueue_work_duration_seconds` | histogram | controller, informer |
+//! | `workqueue_unfinished_work_seconds` | gauge | controller, informer |
+//! | `workqueue_longest_running_processor_seconds` | gauge | controller, informer |
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -89,8 +99,8 @@ pub struct ControllerEntry {
     pub reconciles: Arc<crate::controller::runner::ReconcileStats>,
     /// Its write guard, whose counters are its writes'.
     pub guard: Arc<crate::controller::WriteGuard>,
-    /// Keys waiting in its workqueue.
-    pub depth: Arc<dyn Fn() -> usize + Send + Sync>,
+    /// Reads its workqueue's metrics.
+    pub queue: Arc<dyn Fn() -> crate::workqueue::QueueMetricsSnapshot + Send + Sync>,
 }
 
 #[derive(Default)]
@@ -361,6 +371,84 @@ fn gauges(
     family(encoder, name, help, None, MetricType::Gauge, rows, |m, v| ConstGauge::new(*v).encode(m))
 }
 
+/// client-go's workqueue metrics, one series per controller.
+fn workqueue_metrics(
+    encoder: &mut DescriptorEncoder,
+    queues: &[(Labels, crate::workqueue::QueueMetricsSnapshot)],
+) -> Result<(), std::fmt::Error> {
+    let each = |f: &dyn Fn(&crate::workqueue::QueueMetricsSnapshot) -> u64| -> Vec<(Labels, u64)> {
+        queues.iter().map(|(l, q)| (l.clone(), f(q))).collect()
+    };
+    let depth: Vec<_> = queues.iter().map(|(l, q)| (l.clone(), q.depth as i64)).collect();
+    gauges(
+        encoder,
+        "workqueue_depth",
+        "Keys waiting in the controller's workqueue (not those waiting for a delay)",
+        &depth,
+    )?;
+    counters(
+        encoder,
+        "workqueue_adds",
+        "Keys added to the workqueue (not counting de-duplicated adds)",
+        &each(&|q| q.adds),
+    )?;
+    counters(encoder, "workqueue_retries", "Delayed and rate-limited re-adds", &each(&|q| q.retries))?;
+    for (name, help, pick) in [
+        (
+            "workqueue_queue_duration_seconds",
+            "Seconds a key waits in the workqueue before a worker takes it",
+            (|q| &q.queue_latency)
+                as fn(&crate::workqueue::QueueMetricsSnapshot) -> &crate::workqueue::HistogramSnapshot,
+        ),
+        ("workqueue_work_duration_seconds", "Seconds a reconcile takes, from taking a key to done", |q| {
+            &q.work_duration
+        }),
+    ] {
+        let rows: Vec<(Labels, Histogram)> = queues.iter().map(|(l, q)| (l.clone(), own_buckets(pick(q)))).collect();
+        family(encoder, name, help, None, MetricType::Histogram, &rows, |mut m, (sum, count, buckets)| {
+            m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, buckets, None)
+        })?;
+    }
+    let seconds = |f: &dyn Fn(&crate::workqueue::QueueMetricsSnapshot) -> f64| -> Vec<(Labels, f64)> {
+        queues.iter().map(|(l, q)| (l.clone(), f(q))).collect()
+    };
+    family(
+        encoder,
+        "workqueue_unfinished_work_seconds",
+        "Sum of the ages of the reconciles in flight (updated every 500 ms)",
+        None,
+        MetricType::Gauge,
+        &seconds(&|q| q.unfinished_work_seconds),
+        |m, v| ConstGauge::new(*v).encode(m),
+    )?;
+    family(
+        encoder,
+        "workqueue_longest_running_processor_seconds",
+        "Age of the oldest reconcile in flight (updated every 500 ms)",
+        None,
+        MetricType::Gauge,
+        &seconds(&|q| q.longest_running_processor_seconds),
+        |m, v| ConstGauge::new(*v).encode(m),
+    )
+}
+
+/// A workqueue histogram (cumulative buckets) as the encoder wants it: each
+/// bucket's own count, then the overflow bucket.
+fn own_buckets(h: &crate::workqueue::HistogramSnapshot) -> Histogram {
+    let mut below = 0;
+    let mut buckets: Vec<(f64, u64)> = h
+        .buckets
+        .iter()
+        .map(|(le, cumulative)| {
+            let own = cumulative.saturating_sub(below);
+            below = below.max(*cumulative);
+            (*le, own)
+        })
+        .collect();
+    buckets.push((f64::MAX, h.count.saturating_sub(below)));
+    (h.sum, h.count.max(below), buckets)
+}
+
 impl Collector for HostCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let informers = self.observed.informers();
@@ -433,8 +521,7 @@ impl Collector for HostCollector {
             "Writes of the controller by outcome (refused: by the host's checks, nothing was sent)",
             &writes,
         )?;
-        let depth: Vec<_> = controllers.iter().map(|c| (cl(c), (c.depth)() as i64)).collect();
-        gauges(&mut encoder, "controller_queue_depth", "Keys waiting in the controller's workqueue", &depth)?;
+        workqueue_metrics(&mut encoder, &controllers.iter().map(|c| (cl(c), (c.queue)())).collect::<Vec<_>>())?;
 
         let pl = |p: &PluginEntry| -> Labels {
             vec![("plugin", p.name.as_str().into()), ("informer", p.informer.as_str().into())]

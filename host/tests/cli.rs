@@ -411,10 +411,15 @@ fn the_reloader_patches_the_deployment_in_the_embedded_store_once_per_change() {
         "informer_host_controller_writes_total{controller=\"reloader\",informer=\"deployments\",outcome=\"succeeded\"} 1",
         "informer_host_controller_writes_total{controller=\"reloader\",informer=\"deployments\",outcome=\"refused\"} 0",
         "informer_host_controller_reconciles_total{controller=\"reloader\",informer=\"deployments\",outcome=\"failed\"} 0",
-        "informer_host_controller_queue_depth{controller=\"reloader\",informer=\"deployments\"}",
+        "informer_host_workqueue_depth{controller=\"reloader\",informer=\"deployments\"} 0",
+        "informer_host_workqueue_work_duration_seconds_bucket{le=\"+Inf\",controller=\"reloader\",informer=\"deployments\"}",
+        "informer_host_workqueue_longest_running_processor_seconds{controller=\"reloader\",informer=\"deployments\"}",
     ] {
         assert!(metrics.contains(want), "missing {want:?} in:\n{metrics}");
     }
+    let adds =
+        metric_value(&metrics, "informer_host_workqueue_adds_total{controller=\"reloader\",informer=\"deployments\"}");
+    assert!(adds >= 1.0, "the Deployment's key was added: {adds}");
 
     // A real change of the ConfigMap it uses: one more patch (the pod
     // template: a roll) and an Event.
@@ -1150,4 +1155,12 @@ fn a_watched_plugin_is_swapped_when_its_wasm_file_changes() {
     let (code, log) = host.terminate();
     assert_eq!(code, Some(0), "{log}");
     assert!(!log.contains("v1 update"), "{log}");
+}
+
+/// The value of the sample `series` (name and labels) in a scrape.
+fn metric_value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{metrics}"))
 }

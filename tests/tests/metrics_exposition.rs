@@ -181,10 +181,13 @@ async fn the_whole_exposition_of_a_running_host_parses() {
          \n[[tenant]]\nname = \"ops\"\nnamespaces = [\"ns-1\"]\n\
          \n[[plugin]]\nname = \"event-log\"\nwasm = {}\ninformer = \"cms\"\ngrants = [\"log\"]\n\
          \n[[plugin]]\nname = \"ops-log\"\nwasm = {}\ninformer = \"cms\"\ntenant = \"ops\"\ngrants = [\"log\"]\n\
-         \n[[plugin]]\nname = \"broken\"\nwasm = {}\ninformer = \"cms\"\n",
+         \n[[plugin]]\nname = \"broken\"\nwasm = {}\ninformer = \"cms\"\n\
+         \n[[controller]]\nname = \"labeller\"\nwasm = {}\ninformer = \"cms\"\ngrants = [\"log\", \"cache\", \"kube\"]\n\
+         config = {{ label = true }}\nqps = 10000\nburst = 10000\nrules = [{{ api_groups = [\"\"], kinds = [\"ConfigMap\"], verbs = [\"patch\"] }}]\n",
         toml_str(&hostile_file.display().to_string()),
         toml_str(&e2e::plugins::wasm("event-log").display().to_string()),
         toml_str(&manifests.join("cms.yaml").display().to_string()),
+        toml_str(&e2e::plugins::wasm("test-controller").display().to_string()),
     );
     let config = Config::parse(&config, dir.path().join("host.toml"), dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let app = App::start(&config, &RunOptions::default()).await.unwrap();
@@ -211,6 +214,31 @@ async fn the_whole_exposition_of_a_running_host_parses() {
         })
         .collect();
     assert!(counts.iter().any(|c| *c >= 300), "event-log handled the initial list: {counts:?}\n{text}");
+    // The controller's workqueue: every ConfigMap's key was added and
+    // reconciled (each reconcile observed in the work-duration histogram).
+    e2e::eventually("300 ConfigMaps labelled", || {
+        app.observed
+            .controllers()
+            .iter()
+            .any(|c| c.reconciles.succeeded.load(std::sync::atomic::Ordering::Relaxed) >= 600)
+    })
+    .await;
+    let (_, text) = http_get(metrics, "/metrics").await;
+    let exposition = parse_and_check(&text);
+    for family in [
+        "informer_host_workqueue_depth",
+        "informer_host_workqueue_adds",
+        "informer_host_workqueue_retries",
+        "informer_host_workqueue_queue_duration_seconds",
+        "informer_host_workqueue_work_duration_seconds",
+        "informer_host_workqueue_unfinished_work_seconds",
+        "informer_host_workqueue_longest_running_processor_seconds",
+    ] {
+        assert!(exposition.families.contains_key(family), "no {family} in\n{text}");
+    }
+    let work = exposition.families["informer_host_workqueue_work_duration_seconds"].iter_samples().next().unwrap();
+    let OpenMetricsValue::Histogram(h) = &work.value else { panic!("work duration is not a histogram") };
+    assert!(h.count.unwrap() >= 600, "one observation per reconcile: {:?}", h.count);
     assert_eq!(http_get(metrics, "/readyz").await.0, 200);
 
     app.shutdown().await;

@@ -138,13 +138,12 @@ impl Controllers {
                 let outcome = start_one(p, runtime.clone(), informers.clone()).instrument(span.clone()).await;
                 match outcome {
                     Ok((runner, guard)) => {
-                        let queue = runner.shared_queue();
                         let entry = ControllerEntry {
                             name: name.clone(),
                             informer: informer.clone(),
                             reconciles: runner.shared_stats(),
                             guard,
-                            depth: Arc::new(move || queue.len()),
+                            queue: Arc::new(runner.queue_metrics()),
                         };
                         // Checked under the lock `stop` takes after setting
                         // the flag: a runner is either seen by `stop` or

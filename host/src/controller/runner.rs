@@ -29,7 +29,9 @@ use crate::informer::{
     ResourceEventHandler, SharedIndexInformer,
 };
 use crate::plugin::{CacheView, PluginError, PluginRuntime, PluginSpec, Visibility};
-use crate::workqueue::{ControllerRateLimiterConfig, RateLimitingQueue};
+use crate::workqueue::{
+    ControllerRateLimiterConfig, InMemoryMetrics, QueueConfig, QueueMetricsSnapshot, RateLimitingQueue,
+};
 
 /// Most keys one `map` call may return; more are dropped with a warning.
 pub const MAX_MAPPED_KEYS: usize = 10_000;
@@ -109,6 +111,8 @@ pub enum ControllerError {
 pub struct ControllerRunner {
     name: String,
     queue: Arc<RateLimitingQueue<String>>,
+    /// The workqueue's metrics (client-go's), named after the controller.
+    queue_metrics: Arc<InMemoryMetrics>,
     loaded: Arc<LoadedController>,
     guard: Arc<WriteGuard>,
     stats: Arc<ReconcileStats>,
@@ -146,7 +150,11 @@ impl ControllerRunner {
         for s in &options.secondaries {
             stores.insert(s.informer.clone(), view(&informer(&s.informer)?));
         }
-        let queue = Arc::new(RateLimitingQueue::new(options.rate_limiter.build()));
+        let queue_metrics = InMemoryMetrics::new();
+        let queue = Arc::new(RateLimitingQueue::with_config(
+            QueueConfig::named(name.clone(), queue_metrics.clone()),
+            options.rate_limiter.build(),
+        ));
         let keys = KeyQueue::new(&queue);
         let ctx = Arc::new(ControllerCtx {
             runtime: tokio::runtime::Handle::current(),
@@ -206,7 +214,7 @@ impl ControllerRunner {
             })
             .collect();
         tracing::info!(plugin = %name, primary = %options.primary, workers = options.max_concurrent_reconciles.max(1), "controller started");
-        Ok(ControllerRunner { name, queue, loaded, guard, stats, registrations, workers })
+        Ok(ControllerRunner { name, queue, queue_metrics, loaded, guard, stats, registrations, workers })
     }
 
     pub fn name(&self) -> &str {
@@ -227,9 +235,11 @@ impl ControllerRunner {
         self.stats.clone()
     }
 
-    /// The workqueue, shared (for metrics).
-    pub fn shared_queue(&self) -> Arc<RateLimitingQueue<String>> {
-        self.queue.clone()
+    /// Reads the workqueue's metrics (depth, adds, retries, latencies,
+    /// unfinished work), as client-go's workqueue reports them.
+    pub fn queue_metrics(&self) -> impl Fn() -> QueueMetricsSnapshot + Send + Sync + 'static {
+        let (metrics, name) = (self.queue_metrics.clone(), self.name.clone());
+        move || metrics.snapshot(&name).unwrap_or_default()
     }
 
     /// The write guard's counters.

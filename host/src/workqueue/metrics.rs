@@ -196,7 +196,7 @@ pub struct InMemoryMetrics {
 }
 
 /// What [`InMemoryMetrics`] holds for one queue name, as read at one moment.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct QueueMetricsSnapshot {
     /// Keys waiting to be taken (not those waiting for a delay).
     pub depth: f64,

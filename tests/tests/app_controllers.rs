@@ -117,3 +117,64 @@ tenant = "shop"
     assert_eq!(annotation("other", "app", &on_metadata), None, "another tenant's Deployment is never written");
     app.shutdown().await;
 }
+
+/// The `[[controller]]` table of the reload test: `test-controller` on the
+/// ConfigMaps, with `settings` as its config.
+fn labeller(wasm: &std::path::Path, settings: &str) -> String {
+    format!(
+        "\n[[controller]]\nname = \"labeller\"\nwasm = {:?}\ninformer = \"cms\"\ngrants = [\"log\", \"cache\", \"kube\"]\n\
+         config = {settings}\nqps = 1000\nburst = 1000\n\
+         rules = [{{ api_groups = [\"\"], kinds = [\"ConfigMap\"], verbs = [\"create\", \"patch\"] }}]\n",
+        wasm.display().to_string()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_starts_replaces_and_stops_controllers_and_a_version_that_does_not_load_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let mut yaml = String::new();
+    for name in ["x", "y", "z"] {
+        yaml.push_str(&format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: a\n"));
+    }
+    std::fs::write(manifests.join("cms.yaml"), yaml).unwrap();
+    let base = "[[informer]]\nname = \"cms\"\nsource = \"manifests\"\ndir = \"manifests\"\napi_version = \"v1\"\nkind = \"ConfigMap\"\n";
+    let file = dir.path().join("host.toml");
+    std::fs::write(&file, base).unwrap();
+    let app = App::start(&Config::load(&file).unwrap(), &RunOptions::default()).await.unwrap();
+    eventually("ready", || app.readiness().ready).await;
+    let cms = app.observed.informers().into_iter().find(|i| i.name == "cms").unwrap().informer;
+    let label = |key: &str| cms.indexer().get(key).and_then(|o| o.label("reconciled").map(str::to_string));
+    let wasm = plugin_build::plugin_path("test-controller");
+
+    // Added: it starts and reconciles every key.
+    std::fs::write(&file, format!("{base}{}", labeller(&wasm, "{ label = true }"))).unwrap();
+    app.reload().await;
+    eventually("all labelled", || ["a/x", "a/y", "a/z"].iter().all(|k| label(k).as_deref() == Some("yes"))).await;
+    eventually("ready with the controller", || app.readiness().render().contains("[+]controller labeller: synced"))
+        .await;
+
+    // A version that does not load: the running one keeps running.
+    std::fs::write(&file, format!("{base}{}", labeller(&dir.path().join("missing.wasm"), "{ label = true }"))).unwrap();
+    app.reload().await;
+    assert!(app.readiness().render().contains("[+]controller labeller: synced"), "{}", app.readiness().render());
+    assert_eq!(app.observed.controllers().len(), 1);
+
+    // Changed settings: the new version takes over and reconciles every
+    // key (it writes a ConfigMap per key into namespace b).
+    std::fs::write(&file, format!("{base}{}", labeller(&wasm, "{ write_to = \"b\" }"))).unwrap();
+    app.reload().await;
+    eventually("the new version reconciled every key", || {
+        ["b/x", "b/y", "b/z"].iter().all(|k| cms.indexer().get(k).is_some())
+    })
+    .await;
+    assert_eq!(app.observed.controllers().len(), 1, "one version runs");
+
+    // Removed: stopped, no longer reported.
+    std::fs::write(&file, base).unwrap();
+    app.reload().await;
+    assert!(app.observed.controllers().is_empty());
+    assert!(!app.readiness().render().contains("labeller"), "{}", app.readiness().render());
+    app.shutdown().await;
+}

@@ -155,6 +155,13 @@ impl Setup {
     }
 
     fn start(&self, config: Value, guard: GuardConfig, limits: Option<Limits>) -> ControllerRunner {
+        let mut c = self.prepare(config, guard, limits);
+        c.run();
+        c
+    }
+
+    /// As [`Setup::start`], without starting the workers.
+    fn prepare(&self, config: Value, guard: GuardConfig, limits: Option<Limits>) -> ControllerRunner {
         let mut s = spec(&guard.plugin, "test-controller", &self.log);
         s.grants = Grants { log: true, cache: true, kube: true, ..Grants::default() };
         s.config_json = config.to_string();
@@ -164,7 +171,7 @@ impl Setup {
         let informers: HashMap<String, SharedIndexInformer> = [("cms".to_string(), self.run.informer.clone())].into();
         let guard = Arc::new(WriteGuard::new(guard, Arc::new(self.cluster.clone())));
         let options = ControllerOptions::new("cms", "ConfigMap");
-        ControllerRunner::start(&runtime(), s, &informers, guard, options, None).unwrap()
+        ControllerRunner::prepare(&runtime(), s, &informers, guard, options, None).unwrap()
     }
 
     /// When each `reconcile <key>` line was logged.
@@ -337,5 +344,27 @@ async fn a_key_that_cannot_be_an_object_key_traps_and_queues_nothing() {
     assert!(c.queue().len() + c.queue().waiting_len() <= 1, "only a/long itself, requeued with backoff");
     assert!(s.log.lines().iter().all(|l| l != "flooded a/long"));
     c.stop().await;
+    s.run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_version_takes_over_the_keys_waiting_for_a_delay_and_the_old_one_stops() {
+    let s = Setup::new(&[("a", "x"), ("a", "y")]);
+    let old = s.start(json!({"requeue_after_ms": {"a/x": 3_600_000}}), guard("v1"), None);
+    eventually("a/x waits an hour", || old.queue().ready_at(&"a/x".to_string()).is_some()).await;
+    let due = old.queue().ready_at(&"a/x".to_string()).unwrap();
+    let before = s.reconciles("a/x").len();
+
+    // Prepared: its handlers queue every key, nothing is reconciled yet.
+    let mut next = s.prepare(json!({"requeue_after_ms": {"a/x": 3_600_000}}), guard("v2"), None);
+    eventually("v2 queued both keys", || next.queue().len() == 2).await;
+    assert_eq!(s.reconciles("a/x").len(), before, "nothing reconciled before the take-over");
+    next.take_over(old).await;
+    eventually("v2 reconciled both", || next.stats().succeeded.load(std::sync::atomic::Ordering::Relaxed) >= 2).await;
+    // The hour-long wait was handed over (v2's own requeue asks for the
+    // same hour from now: the earlier deadline, the handed-over one, wins).
+    let handed = next.queue().ready_at(&"a/x".to_string()).expect("a/x still waits");
+    assert!(handed <= due + Duration::from_millis(5), "handed-over deadline {handed:?} vs {due:?}");
+    next.stop().await;
     s.run.stop().await;
 }

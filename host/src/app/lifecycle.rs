@@ -218,9 +218,11 @@ impl App {
         plugins.load_config_plugins(config);
         // Controllers once the informers run: each reconciles as soon as
         // it has loaded and its informers deliver their initial lists.
-        if !config.controllers.is_empty() {
+        // Planned even without controllers: the plan keeps each informer's
+        // writer for controllers a reload adds.
+        let planned = plugins.controllers.plan(config, &sources);
+        if !planned.is_empty() {
             let runtime = plugins.registry().map_err(AppError::Runtime)?.runtime().clone();
-            let planned = plugins.controllers.plan(config, &sources);
             let by_name: HashMap<String, SharedIndexInformer> =
                 plugins.informers.iter().map(|(c, i)| (c.name.clone(), i.clone())).collect();
             plugins.controllers.start(planned, runtime, by_name, config, observed.clone());

@@ -3,15 +3,18 @@
 //!
 //! Added plugins are loaded, removed ones unloaded, one whose wasm file
 //! changed is swapped, one whose settings changed is unloaded and loaded
-//! again (after the new settings were tried). An invalid file changes
-//! nothing. Informers, controllers, `[host]` and `[admin]` need a restart: their changes
+//! again (after the new settings were tried). Controllers are started,
+//! stopped or replaced ([`super::controllers`]). An invalid file changes
+//! nothing. Informers, `[host]` and `[admin]` need a restart: their changes
 //! are reported, not applied.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tracing::info_span;
 
 use crate::config::{Config, PluginConfig};
+use crate::informer::SharedIndexInformer;
 use crate::registry::{OnSwap, WasmSource};
 
 use super::format::tidy_path;
@@ -81,15 +84,16 @@ impl Plugins {
                 informer_changes.join(", informer ")
             );
         }
-        // Controllers are not reloaded: compared without their locations.
-        let controllers = |c: &Config| -> Vec<String> {
-            c.controllers
-                .iter()
-                .map(|c| format!("{:?}", crate::config::ControllerConfig { location: Default::default(), ..c.clone() }))
-                .collect()
-        };
-        if controllers(old) != controllers(&new) {
-            tracing::warn!("[[controller]] changes need a restart; the controllers keep running as they are");
+        // `old` is the config the host started with; what runs now may differ.
+        if !new.controllers.is_empty() || self.controllers.configured() > 0 {
+            match self.registry() {
+                Ok(registry) => {
+                    let informers: HashMap<String, SharedIndexInformer> =
+                        self.informers.iter().map(|(c, i)| (c.name.clone(), i.clone())).collect();
+                    self.controllers.reload(&new, registry.runtime(), &informers, &self.observed).await;
+                }
+                Err(e) => tracing::error!("cannot reload the controllers: {e}"),
+            }
         }
         if old.host != new.host {
             tracing::warn!("[host] changes need a restart; they are not applied");

@@ -117,6 +117,13 @@ pub struct ControllerRunner {
     guard: Arc<WriteGuard>,
     stats: Arc<ReconcileStats>,
     registrations: Vec<(SharedIndexInformer, Registration)>,
+    ctx: Arc<ControllerCtx>,
+    /// Keys whose reconcile asked for another (a failure, a requeue-after)
+    /// while the queue was draining, with when.
+    leftover: Leftover,
+    /// `max_concurrent_reconciles`: how many workers [`ControllerRunner::run`]
+    /// starts.
+    concurrency: usize,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -126,6 +133,23 @@ impl ControllerRunner {
     /// plugin sees only objects `visibility` accepts (its tenant's). Call it
     /// inside a Tokio runtime; compiling blocks the calling thread.
     pub fn start(
+        runtime: &PluginRuntime,
+        spec: PluginSpec,
+        informers: &HashMap<String, SharedIndexInformer>,
+        guard: Arc<WriteGuard>,
+        options: ControllerOptions,
+        visibility: Option<Visibility>,
+    ) -> Result<ControllerRunner, ControllerError> {
+        let mut runner = Self::prepare(runtime, spec, informers, guard, options, visibility)?;
+        runner.run();
+        Ok(runner)
+    }
+
+    /// As [`ControllerRunner::start`], without starting the workers: keys
+    /// are queued (the informers' caches replayed as adds) but nothing is
+    /// reconciled until [`ControllerRunner::run`]. A replacement is
+    /// prepared so, while the version it replaces still runs.
+    pub fn prepare(
         runtime: &PluginRuntime,
         spec: PluginSpec,
         informers: &HashMap<String, SharedIndexInformer>,
@@ -205,16 +229,64 @@ impl ControllerRunner {
             };
             registrations.push((i.clone(), register(&i, handler, &s.informer)?));
         }
-        let workers = (0..options.max_concurrent_reconciles.max(1))
+        Ok(ControllerRunner {
+            name,
+            queue,
+            queue_metrics,
+            loaded,
+            guard,
+            stats,
+            registrations,
+            ctx,
+            leftover: Leftover::default(),
+            concurrency: options.max_concurrent_reconciles.max(1),
+            workers: Vec::new(),
+        })
+    }
+
+    /// Starts the workers (once; later calls do nothing).
+    pub fn run(&mut self) {
+        if !self.workers.is_empty() {
+            return;
+        }
+        self.workers = (0..self.concurrency)
             .map(|_| {
                 // The caller's span (e.g. `controller{name=...}`) on every
                 // line a worker logs.
-                let w = worker(queue.clone(), loaded.clone(), ctx.clone(), stats.clone(), name.clone());
+                let w = worker(
+                    self.queue.clone(),
+                    self.loaded.clone(),
+                    self.ctx.clone(),
+                    self.stats.clone(),
+                    self.name.clone(),
+                    self.leftover.clone(),
+                );
                 tokio::spawn(tracing::Instrument::instrument(w, tracing::Span::current()))
             })
             .collect();
-        tracing::info!(plugin = %name, primary = %options.primary, workers = options.max_concurrent_reconciles.max(1), "controller started");
-        Ok(ControllerRunner { name, queue, queue_metrics, loaded, guard, stats, registrations, workers })
+        tracing::info!(plugin = %self.name, workers = self.concurrency, "controller started");
+    }
+
+    /// Replaces `old` by `self` (prepared, not running) with nothing lost
+    /// and no key reconciled by both: `self`'s handlers already queue every
+    /// key; `old` stops (its queued keys are reconciled by it, as a drain
+    /// does), then the keys it held back for a delay (a requeue-after, a
+    /// backoff) are handed over with their deadlines, and `self`'s workers
+    /// start. Keys changed while both were registered are reconciled by
+    /// both versions, one after the other: harmless for a level-driven
+    /// controller, and nothing is missed.
+    pub async fn take_over(&mut self, old: ControllerRunner) {
+        let mut waiting = old.queue.waiting();
+        let leftover = old.leftover.clone();
+        old.stop().await;
+        waiting.append(&mut leftover.lock());
+        let now = tokio::time::Instant::now();
+        let n = waiting.len();
+        for (key, at) in waiting {
+            self.queue.add_after(key, at.saturating_duration_since(now));
+        }
+        self.run();
+        tracing::info!(plugin = %self.name, handed_over = n, "took over from the previous version");
     }
 
     pub fn name(&self) -> &str {
@@ -270,6 +342,9 @@ impl ControllerRunner {
     }
 }
 
+/// Keys and when they are due, kept past a queue's shutdown.
+type Leftover = Arc<parking_lot::Mutex<Vec<(String, tokio::time::Instant)>>>;
+
 /// One worker: takes a key, reconciles it in its own instance, and settles
 /// the key in the queue according to the outcome.
 async fn worker(
@@ -278,8 +353,18 @@ async fn worker(
     ctx: Arc<ControllerCtx>,
     stats: Arc<ReconcileStats>,
     name: String,
+    leftover: Leftover,
 ) {
     let mut instance: Option<ControllerInstance> = None;
+    // While the queue drains it takes no more adds: what a reconcile asks
+    // for then is kept for a successor (see `take_over`).
+    let requeue = |key: String, after: std::time::Duration| {
+        if queue.shutting_down() {
+            leftover.lock().push((key, tokio::time::Instant::now() + after));
+        } else {
+            queue.add_after(key, after);
+        }
+    };
     while let Some(key) = queue.get().await {
         let (l, c, k) = (loaded.clone(), ctx.clone(), key.clone());
         let taken = instance.take();
@@ -312,7 +397,7 @@ async fn worker(
                 stats.succeeded.fetch_add(1, Ordering::Relaxed);
                 stats.requeued_after.fetch_add(1, Ordering::Relaxed);
                 queue.forget(&key);
-                queue.add_after(key.clone(), after);
+                requeue(key.clone(), after);
             }
             Err(e) => {
                 let counter = match &e {
@@ -322,7 +407,11 @@ async fn worker(
                 counter.fetch_add(1, Ordering::Relaxed);
                 let retries = queue.num_requeues(&key);
                 tracing::warn!(plugin = %name, key = %key, retries, "reconcile failed: {e}; requeued with backoff");
-                queue.add_rate_limited(key.clone());
+                if queue.shutting_down() {
+                    requeue(key.clone(), queue.when(&key));
+                } else {
+                    queue.add_rate_limited(key.clone());
+                }
             }
         }
         queue.done(&key);

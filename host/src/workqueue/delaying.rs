@@ -174,6 +174,13 @@ impl<K: Key> DelayingQueue<K> {
         self.shared.waiting.lock().ready_at(item)
     }
 
+    /// The keys waiting for their deadline, with it, earliest first (to
+    /// hand them to another queue before this one shuts down and drops
+    /// them).
+    pub fn waiting(&self) -> Vec<(K, Instant)> {
+        self.shared.waiting.lock().by_deadline.iter().map(|((at, _), k)| (k.clone(), *at)).collect()
+    }
+
     /// See [`Queue::add`].
     pub fn add(&self, item: K) {
         self.shared.queue.add(item);

@@ -47,6 +47,12 @@ impl<K: Key> RateLimitingQueue<K> {
         self.queue.add_after(item, delay);
     }
 
+    /// The delay [`Self::add_rate_limited`] would give `item` (counting one
+    /// more failure), without adding it: for a key kept past shutdown.
+    pub fn when(&self, item: &K) -> Duration {
+        self.rate_limiter.when(item)
+    }
+
     /// Stops tracking `item`'s failures (on success, or when giving up).
     /// This does not replace [`RateLimitingQueue::done`].
     pub fn forget(&self, item: &K) {
@@ -67,6 +73,11 @@ impl<K: Key> RateLimitingQueue<K> {
     /// See [`DelayingQueue::waiting_len`].
     pub fn waiting_len(&self) -> usize {
         self.queue.waiting_len()
+    }
+
+    /// See [`DelayingQueue::waiting`].
+    pub fn waiting(&self) -> Vec<(K, Instant)> {
+        self.queue.waiting()
     }
 
     /// See [`DelayingQueue::ready_at`].

@@ -533,3 +533,21 @@ async fn a_file_edit_keeps_the_status_controllers_wrote_and_bumps_generation() {
     assert_eq!(field(&edited, "/metadata/generation"), 2);
     assert_eq!(field(&edited, "/status/readyReplicas"), 1);
 }
+
+#[tokio::test]
+async fn a_guarded_create_with_generate_name_is_named_by_the_store() {
+    use informer_host::controller::{GuardConfig, WriteGuard, WriteRule};
+    let cluster = EmbeddedCluster::in_memory();
+    let rule = WriteRule {
+        api_groups: vec!["".into()],
+        kinds: vec!["ConfigMap".into()],
+        verbs: vec!["create".into()],
+        names: vec![],
+    };
+    let guard = WriteGuard::new(GuardConfig { rules: vec![rule], ..GuardConfig::new("ctl") }, cluster.writer());
+    let job = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "job-", "namespace": "ns"}});
+    let a = guard.write(WriteRequest::Create(job.clone())).await.unwrap().unwrap();
+    let b = guard.write(WriteRequest::Create(job)).await.unwrap().unwrap();
+    let (a, b) = (a["metadata"]["name"].as_str().unwrap(), b["metadata"]["name"].as_str().unwrap());
+    assert!(a.starts_with("job-") && b.starts_with("job-") && a != b, "{a} {b}");
+}

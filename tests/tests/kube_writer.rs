@@ -538,3 +538,38 @@ async fn a_server_that_never_answers_is_a_timeout() {
     assert!(started.elapsed() < Duration::from_secs(5), "bounded by the writer's timeout");
     hold.abort();
 }
+
+#[tokio::test]
+async fn a_create_with_generate_name_passes_the_guard_and_the_server_names_it() {
+    use informer_host::controller::{GuardConfig, NamespaceScope, WriteGuard, WriteRule};
+    let server = ApiServer::start().await;
+    let guard = WriteGuard::new(
+        GuardConfig {
+            rules: vec![WriteRule {
+                api_groups: vec!["".into()],
+                kinds: vec!["ConfigMap".into()],
+                verbs: vec!["create".into()],
+                names: vec![],
+            }],
+            tenant: Some("t".into()),
+            scope: Some(NamespaceScope { namespaces: vec!["default".into()], cluster_scoped: false }),
+            ..GuardConfig::new(MANAGER)
+        },
+        std::sync::Arc::new(writer(&server)),
+    );
+    let job = |ns: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "job-", "namespace": ns}});
+    let created = guard.write(WriteRequest::Create(job("default"))).await.expect("created").expect("the object");
+    let name = created["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("job-") && name.len() == "job-".len() + 5, "{name}");
+    assert!(server.get("v1", "ConfigMap", Some("default"), name).is_some());
+    assert_eq!(last_write(&server).path, "/api/v1/namespaces/default/configmaps");
+
+    // Outside the tenant's namespaces: refused by name prefix, unsent.
+    let before = server.writes().len();
+    let e = guard.write(WriteRequest::Create(job("other"))).await.unwrap_err();
+    assert_eq!(
+        e,
+        WriteError::Forbidden("create ConfigMap other/job-*: namespace other is not one of tenant t's".into())
+    );
+    assert_eq!(server.writes().len(), before);
+}

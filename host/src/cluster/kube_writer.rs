@@ -227,7 +227,7 @@ impl KubeWriter {
         let subresource = request.subresource();
         match request {
             WriteRequest::Create(object) => {
-                let target = Target::of(&object)?;
+                let target = Target::of_new(&object)?;
                 let kind = self.resolve(&target.api_version, &target.kind).await?;
                 let call = Call::write(Method::POST, kind.collection(&target)?, JSON, encode(&object)?, params);
                 self.send(call, params, &target).await.map(Some)

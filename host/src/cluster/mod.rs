@@ -56,6 +56,24 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The target of a create: as [`Target::of`], but an object with only
+    /// `metadata.generateName` is named `<generateName>*` (the server
+    /// picks the rest), so the host's checks and logs can name it.
+    pub fn of_new(object: &Value) -> Result<Target, WriteError> {
+        let named = object.pointer("/metadata/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+        let prefix = object.pointer("/metadata/generateName").and_then(Value::as_str).filter(|p| !p.is_empty());
+        match prefix {
+            Some(prefix) if !named => {
+                let mut with_name = object.clone();
+                with_name["metadata"]["name"] = Value::String(format!("{prefix}*"));
+                Target::of(&with_name)
+            }
+            _ => Target::of(object),
+        }
+    }
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.namespace {
@@ -175,7 +193,8 @@ impl WriteRequest {
     /// target is in the involved object's namespace, named by the backend).
     pub fn target(&self) -> Result<Target, WriteError> {
         match self {
-            WriteRequest::Create(v) | WriteRequest::Replace(v) | WriteRequest::ReplaceStatus(v) => Target::of(v),
+            WriteRequest::Create(v) => Target::of_new(v),
+            WriteRequest::Replace(v) | WriteRequest::ReplaceStatus(v) => Target::of(v),
             WriteRequest::Patch { target, .. }
             | WriteRequest::PatchStatus { target, .. }
             | WriteRequest::Delete { target, .. } => Ok(target.clone()),

@@ -2,7 +2,11 @@
 # Builds every plugin not written in Rust into target/plugins/other/<name>.wasm
 # (<name>: the plugin's folder, `-` as `_`, like the Rust components).
 #
-#   bash plugins/build-other-languages.sh
+#   bash plugins/build-other-languages.sh                 # every plugin
+#   bash plugins/build-other-languages.sh python-noop ... # only these folders
+#
+# The WIT world a Python or JavaScript plugin targets is `handler` (log
+# only), or the one its folder's `world` file names (e.g. `controller`).
 #
 # - Python (plugins/python-*/app.py): componentize-py, installed at the pinned
 #   version into a venv at target/other-languages/venv.
@@ -50,13 +54,38 @@ publish() {
   log "built $dest ($(stat -c %s "$dest") bytes) in $3 s"
 }
 
+# True when the folder $1 is to be built: every plugin, or those named as
+# arguments.
+selected() {
+  ((${#only[@]} == 0)) && return 0
+  local name wanted
+  name="$(basename "$1")"
+  for wanted in "${only[@]}"; do
+    [[ "$wanted" == "$name" ]] && return 0
+  done
+  return 1
+}
+only=("$@")
+for wanted in "${only[@]}"; do
+  [[ -d "$plugins/$wanted" ]] || { log "no plugin folder plugins/$wanted"; exit 2; }
+done
+
+# The WIT world of the plugin in folder $1: its `world` file, or `handler`.
+world_of() {
+  if [[ -f "$1/world" ]]; then
+    tr -d '[:space:]' <"$1/world"
+  else
+    echo handler
+  fi
+}
+
 python_plugins=()
 for dir in "$plugins"/python-*/; do
-  [[ -f "$dir/app.py" ]] && python_plugins+=("${dir%/}")
+  [[ -f "$dir/app.py" ]] && selected "$dir" && python_plugins+=("${dir%/}")
 done
 js_plugins=()
 for dir in "$plugins"/js-*/; do
-  [[ -f "$dir/package.json" ]] && js_plugins+=("${dir%/}")
+  [[ -f "$dir/package.json" ]] && selected "$dir" && js_plugins+=("${dir%/}")
 done
 
 if ((${#python_plugins[@]})); then
@@ -82,7 +111,8 @@ if ((${#python_plugins[@]})); then
     mkdir -p "$stage"
     cp -R "$dir" "$stage/app"
     cp -R "$plugins/python-sdk" "$stage/sdk"
-    (cd "$stage/app" && "$venv/bin/componentize-py" --quiet -d "$root/wit" -w handler \
+    world="$(world_of "$dir")"
+    (cd "$stage/app" && "$venv/bin/componentize-py" --quiet -d "$root/wit" -w "$world" \
       componentize app -p . -p ../sdk -o "$dest.tmp") >&2
     publish "$dest.tmp" "$dest" $((SECONDS - start))
   done
@@ -98,12 +128,14 @@ for dir in "${js_plugins[@]}"; do
     touch "$installed"
   fi
   entry="$(cd "$dir" && node -p 'require("./package.json").main')"
-  if up_to_date "$dest" "$dir/$entry" "$plugins/js-sdk" "$root/wit" "$installed"; then
+  inputs=("$dir/$entry" "$plugins/js-sdk" "$root/wit" "$installed")
+  [[ -f "$dir/world" ]] && inputs+=("$dir/world")
+  if up_to_date "$dest" "${inputs[@]}"; then
     continue
   fi
   log "componentize-js: $name"
   start=$SECONDS
-  (cd "$dir" && node "$plugins/js-sdk/build.mjs" "$entry" "$dest.tmp") >&2
+  (cd "$dir" && node "$plugins/js-sdk/build.mjs" "$entry" "$dest.tmp" "$(world_of "$dir")") >&2
   publish "$dest.tmp" "$dest" $((SECONDS - start))
 done
 
@@ -112,7 +144,7 @@ done
 c_plugins=()
 for dir in "$plugins"/c-*/; do
   [[ "$(basename "$dir")" == c-sdk ]] && continue
-  compgen -G "$dir*.c" >/dev/null && c_plugins+=("${dir%/}")
+  compgen -G "$dir*.c" >/dev/null && selected "$dir" && c_plugins+=("${dir%/}")
 done
 
 C_APT_PACKAGES=(clang lld wasi-libc libclang-rt-dev-wasm32)

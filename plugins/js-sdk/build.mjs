@@ -1,7 +1,9 @@
 // Builds one JavaScript plugin into a component with componentize-js's API.
 //
-//   node ../js-sdk/build.mjs <source.js> <out.wasm>     (from the plugin's folder)
+//   node ../js-sdk/build.mjs <source.js> <out.wasm> [world]     (from the plugin's folder)
 //
+// `world` is the WIT world the plugin targets: `handler` (the default) or
+// `controller`.
 // componentize-js comes from the plugin folder's node_modules (`npm ci`).
 // The build runs with `plugins/` as the working directory, so the source
 // may import the SDK as `../js-sdk/informer-guest.js`: componentize-js maps
@@ -12,9 +14,9 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
-const [source, out] = process.argv.slice(2);
+const [source, out, world = 'handler'] = process.argv.slice(2);
 if (!source || !out) {
-  console.error('usage: node build.mjs <source.js> <out.wasm>');
+  console.error('usage: node build.mjs <source.js> <out.wasm> [world]');
   process.exit(2);
 }
 const pluginDir = process.cwd();
@@ -39,7 +41,7 @@ process.chdir(pluginsDir);
 const { component } = await componentize({
   sourcePath,
   witPath,
-  worldName: 'handler',
+  worldName: world,
   // The host links no wasi:http; stdio (for stderr), random and clocks stay.
   disableFeatures: ['http', 'fetch-event'],
 });

@@ -3,8 +3,10 @@
 //! [`Log`] captures every line a plugin logs (with the instant it arrived),
 //! [`Running`] runs an informer over the memory source until stopped.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use informer_host::informer::{InformerOptions, Registration, SharedIndexInformer};
@@ -51,14 +53,62 @@ impl Log {
     }
 }
 
-/// The built component of a plugin in `plugins/`.
+/// The built component of a plugin in `plugins/`: a Rust one from the
+/// cargo build, one in Python, JavaScript or C (`python-*`, `js-*`, `c-*`)
+/// from [`other_language_wasm`].
 pub fn wasm(name: &str) -> PathBuf {
-    plugin_build::plugin_path(name)
+    if is_other_language(name) { other_language_wasm(name) } else { plugin_build::plugin_path(name) }
+}
+
+/// Whether plugin `name` is built by `plugins/build-other-languages.sh`.
+pub fn is_other_language(name: &str) -> bool {
+    ["python-", "js-", "c-"].iter().any(|language| name.starts_with(language))
+}
+
+/// The component of the Python, JavaScript or C plugin in `plugins/<name>`,
+/// built by `plugins/build-other-languages.sh <name>` once per process (the
+/// script rebuilds only what changed, and serializes concurrent runs).
+///
+/// # Panics
+///
+/// When the build fails (with the script's output).
+pub fn other_language_wasm(name: &str) -> PathBuf {
+    static BUILT: Mutex<Option<HashMap<String, Result<PathBuf, String>>>> = Mutex::new(None);
+    let mut built = BUILT.lock();
+    let result = built.get_or_insert_with(HashMap::new).entry(name.to_string()).or_insert_with(|| {
+        let root = plugin_build::repo_root();
+        let started = Instant::now();
+        let out = Command::new("bash")
+            .arg(root.join("plugins").join("build-other-languages.sh"))
+            .arg(name)
+            .current_dir(&root)
+            .output()
+            .map_err(|e| format!("cannot run plugins/build-other-languages.sh: {e}"))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            return Err(format!("plugins/build-other-languages.sh {name} failed ({}):\n{stderr}", out.status));
+        }
+        eprintln!("plugins/build-other-languages.sh {name} took {:?}\n{stderr}", started.elapsed());
+        let path = root.join("target").join("plugins").join("other").join(format!("{}.wasm", name.replace('-', "_")));
+        if path.is_file() { Ok(path) } else { Err(format!("no component for plugin `{name}` at {}", path.display())) }
+    });
+    result.clone().unwrap_or_else(|e| panic!("building plugin `{name}` failed:\n{e}"))
 }
 
 /// A runtime with an in-memory compile cache only.
 pub fn runtime() -> PluginRuntime {
     PluginRuntime::new(RuntimeConfig::default()).unwrap()
+}
+
+/// One runtime for the whole test process, with the compile cache on disk
+/// (`target/wasm-cache`): a component compiled once (a Python or JavaScript
+/// one takes seconds) is reused by every test, and by the next run.
+pub fn shared_runtime() -> &'static PluginRuntime {
+    static RUNTIME: OnceLock<PluginRuntime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        let cache_dir = plugin_build::repo_root().join("target").join("wasm-cache");
+        PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache_dir) }).unwrap()
+    })
 }
 
 /// A spec for plugin `plugin` named `name`, granted `log`, logging into `log`.

@@ -10,7 +10,11 @@
 //!
 //! One test body per controller runs on each backend. The test changes the
 //! cluster as someone else would (the API server's control API, or the
-//! embedded store directly): those changes are not counted.
+//! embedded store directly): those changes are not counted. The
+//! namespace-defaults body also runs the Python and JavaScript twins
+//! (`plugins/python-namespace-defaults`, `plugins/js-namespace-defaults`,
+//! built by `plugins/build-other-languages.sh`), which must send exactly the
+//! writes the Rust one sends.
 //!
 //! Every informer resyncs each second (the shortest resync there is), so
 //! "no write on resync" is shown by waiting, after convergence, for
@@ -25,7 +29,7 @@ use std::time::Duration;
 
 use e2e::apiserver::{ApiServer, RecordedRequest, RequestKind, ResourceType, namespace};
 use e2e::eventually;
-use e2e::plugins::{Log, runtime, spec};
+use e2e::plugins::{Log, is_other_language, shared_runtime, spec};
 use futures::future::BoxFuture;
 use informer_host::cluster::embedded::EmbeddedCluster;
 use informer_host::cluster::kube_writer::KubeWriter;
@@ -55,6 +59,9 @@ struct Write {
     name: String,
     /// `merge`, `json` or `apply` for a patch.
     patch: Option<&'static str>,
+    /// The field manager the write was sent with (over HTTP: only when the
+    /// request names one).
+    field_manager: Option<String>,
     /// The body: the object, the patch, or nothing.
     body: Value,
 }
@@ -114,12 +121,13 @@ impl Write {
             namespace,
             name: rest.get(1).map(|n| n.to_string()).unwrap_or_default(),
             patch: patch.filter(|_| verb == "patch"),
+            field_manager: r.param("fieldManager").map(str::to_owned),
             body: r.json().unwrap_or(Value::Null),
         }
     }
 
     /// A write the embedded store was asked for.
-    fn of_write(request: &WriteRequest) -> Write {
+    fn of_write(request: &WriteRequest, params: &WriteParams) -> Write {
         let target = request.target().unwrap();
         let (patch, body) = match request {
             WriteRequest::Create(v) | WriteRequest::Replace(v) | WriteRequest::ReplaceStatus(v) => (None, v.clone()),
@@ -135,7 +143,8 @@ impl Write {
         };
         // The Event's name is the backend's choice, as over HTTP.
         let name = if matches!(request, WriteRequest::RecordEvent { .. }) { String::new() } else { target.name };
-        Write { verb: request.verb(), kind: target.kind, namespace: target.namespace, name, patch, body }
+        let field_manager = Some(params.field_manager.clone());
+        Write { verb: request.verb(), kind: target.kind, namespace: target.namespace, name, patch, field_manager, body }
     }
 }
 
@@ -147,7 +156,7 @@ struct Counting {
 
 impl ClusterWriter for Counting {
     fn write(&self, request: WriteRequest, params: WriteParams) -> BoxFuture<'_, Result<Option<Value>, WriteError>> {
-        self.writes.lock().push(Write::of_write(&request));
+        self.writes.lock().push(Write::of_write(&request, &params));
         self.inner.write(request, params)
     }
 }
@@ -304,7 +313,14 @@ impl Harness {
                 .collect(),
             ..ControllerOptions::new(primary, primary_kind)
         };
-        let controller = ControllerRunner::start(&runtime(), s, &built, guard, options, None).unwrap();
+        let controller = {
+            // A Python or JavaScript component takes seconds to compile: one
+            // test compiles it (into the shared runtime and its disk cache),
+            // the others wait and reuse it.
+            static LOADING: Mutex<()> = Mutex::new(());
+            let _one_at_a_time = is_other_language(plugin).then(|| LOADING.lock());
+            ControllerRunner::start(shared_runtime(), s, &built, guard, options, None).unwrap()
+        };
         let stop = CancellationToken::new();
         for informer in built.values() {
             tokio::spawn({
@@ -556,12 +572,45 @@ fn binding(ns: &str) -> Target {
     namespaced("rbac.authorization.k8s.io/v1", "RoleBinding", ns, "tenant-admins")
 }
 
-async fn namespace_defaults_converge(backend: Backend) {
+/// What the namespace-defaults controllers apply to the tenant `tenant`'s
+/// Namespace `ns` (with `uid`), with their default configuration: each
+/// language's twin must send exactly these.
+fn namespace_defaults(ns: &str, uid: &Value, tenant: &str) -> [Value; 3] {
+    let metadata = |name: &str| {
+        json!({
+            "name": name, "namespace": ns,
+            "labels": {"app.kubernetes.io/managed-by": "namespace-defaults", TENANT: tenant},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": ns, "uid": uid, "controller": true}],
+        })
+    };
+    [
+        json!({
+            "apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata("tenant-default"),
+            "spec": {"hard": {"pods": "50", "requests.cpu": "8", "requests.memory": "16Gi"}},
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "LimitRange", "metadata": metadata("tenant-default"),
+            "spec": {"limits": [{
+                "type": "Container",
+                "default": {"cpu": "500m", "memory": "512Mi"},
+                "defaultRequest": {"cpu": "100m", "memory": "128Mi"},
+            }]},
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": metadata("tenant-admins"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+            "subjects": [{"kind": "Group", "name": format!("tenant:{tenant}"), "apiGroup": "rbac.authorization.k8s.io"}],
+        }),
+    ]
+}
+
+/// `plugin`: `namespace-defaults` or its Python or JavaScript twin.
+async fn namespace_defaults_converge(backend: Backend, plugin: &str) {
     backend.put(tenant_namespace("team-a", Some("a")));
     backend.put(tenant_namespace("scratch", None));
     let h = Harness::start(
         backend,
-        "namespace-defaults",
+        plugin,
         &[
             ("namespaces", "v1", "Namespace"),
             ("resourcequotas", "v1", "ResourceQuota"),
@@ -594,7 +643,16 @@ async fn namespace_defaults_converge(backend: Backend) {
     ];
     assert_eq!(b.lines(), applied, "{:#?}", h.log.lines());
     assert!(b.writes().iter().all(|w| w.patch == Some("apply")), "{:#?}", b.writes());
+    assert!(b.writes().iter().all(|w| w.field_manager.as_deref() == Some(plugin)), "{:#?}", b.writes());
     let uid = b.get(&cluster("v1", "Namespace", "team-a")).unwrap()["metadata"]["uid"].clone();
+    let bodies: Vec<Value> = b.writes().into_iter().map(|w| w.body).collect();
+    assert_eq!(bodies, namespace_defaults("team-a", &uid, "a"), "{plugin}");
+    let created = [
+        "created ResourceQuota team-a/tenant-default for tenant a",
+        "created LimitRange team-a/tenant-default for tenant a",
+        "created RoleBinding team-a/tenant-admins for tenant a",
+    ];
+    assert_eq!(h.log.lines(), created, "{plugin}");
     for target in [quota("team-a"), limits("team-a"), binding("team-a")] {
         let obj = b.get(&target).unwrap_or_else(|| panic!("{target} is stored"));
         let owner = &obj["metadata"]["ownerReferences"][0];
@@ -623,6 +681,7 @@ async fn namespace_defaults_converge(backend: Backend) {
     })
     .await;
     assert_eq!(b.lines()[3..], ["patch ResourceQuota team-a/tenant-default"], "{:#?}", h.log.lines());
+    assert_eq!(b.writes()[3].body, namespace_defaults("team-a", &uid, "a")[0], "{plugin}");
     assert!(b.get(&quota("team-a")).is_some());
 
     // The unlabelled Namespace becomes a tenant's: its three defaults.
@@ -634,22 +693,172 @@ async fn namespace_defaults_converge(backend: Backend) {
     })
     .await;
     assert_eq!(b.lines()[4..], applied.map(|l| l.replace("team-a", "scratch")), "{:#?}", h.log.lines());
+    let scratch_uid = b.get(&cluster("v1", "Namespace", "scratch")).unwrap()["metadata"]["uid"].clone();
+    let bodies: Vec<Value> = b.writes()[4..].iter().map(|w| w.body.clone()).collect();
+    assert_eq!(bodies, namespace_defaults("scratch", &scratch_uid, "b"), "{plugin}");
     assert_eq!(b.get(&binding("scratch")).unwrap()["subjects"][0]["name"], "tenant:b");
     assert_eq!(b.writes().len(), 7);
+    assert!(b.writes().iter().all(|w| w.field_manager.as_deref() == Some(plugin)), "{:#?}", b.writes());
+    let logged = h.log.lines();
+    assert_eq!(
+        logged[3..],
+        [
+            "created ResourceQuota team-a/tenant-default for tenant a".to_string(),
+            "created ResourceQuota scratch/tenant-default for tenant b".into(),
+            "created LimitRange scratch/tenant-default for tenant b".into(),
+            "created RoleBinding scratch/tenant-admins for tenant b".into()
+        ],
+        "{plugin}"
+    );
     h.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn namespace_defaults_converge_against_the_api_server() {
+async fn namespace_defaults_against_the_api_server(plugin: &str) {
     let types = [
         ResourceType::builtin("", "v1", "ResourceQuota", "resourcequotas", true).with_status_subresource(),
         ResourceType::builtin("", "v1", "LimitRange", "limitranges", true),
         ResourceType::builtin("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true),
     ];
-    namespace_defaults_converge(Backend::api(&types).await).await;
+    namespace_defaults_converge(Backend::api(&types).await, plugin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_defaults_converge_against_the_api_server() {
+    namespace_defaults_against_the_api_server("namespace-defaults").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_defaults_converge_against_the_embedded_store() {
-    namespace_defaults_converge(Backend::embedded()).await;
+    namespace_defaults_converge(Backend::embedded(), "namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_namespace_defaults_converge_against_the_api_server() {
+    namespace_defaults_against_the_api_server("python-namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_namespace_defaults_converge_against_the_embedded_store() {
+    namespace_defaults_converge(Backend::embedded(), "python-namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_namespace_defaults_converge_against_the_api_server() {
+    namespace_defaults_against_the_api_server("js-namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_namespace_defaults_converge_against_the_embedded_store() {
+    namespace_defaults_converge(Backend::embedded(), "js-namespace-defaults").await;
+}
+
+/// A write the controller's rules do not allow (here: the RoleBinding) is
+/// refused by the host before it leaves, and the `forbidden` the SDK
+/// answers, returned from `reconcile`, fails the reconcile (requeued with
+/// backoff) without trapping the instance: the same in every language.
+async fn forbidden_write_fails_the_reconcile(plugin: &str) {
+    let backend = Backend::embedded();
+    backend.put(tenant_namespace("team-a", Some("a")));
+    let h = Harness::start(
+        backend,
+        plugin,
+        &[
+            ("namespaces", "v1", "Namespace"),
+            ("resourcequotas", "v1", "ResourceQuota"),
+            ("limitranges", "v1", "LimitRange"),
+            ("rolebindings", "rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ],
+        Mapping::Owner,
+        vec![rule("", "ResourceQuota", &["patch"]), rule("", "LimitRange", &["patch"])],
+    )
+    .await;
+    let stats = h.controller().stats();
+    eventually("three failed reconciles", || {
+        stats.failed.load(Ordering::SeqCst) + stats.trapped.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    assert_eq!(stats.trapped.load(Ordering::SeqCst), 0, "{plugin} trapped: {:#?}", h.log.lines());
+    let lines = h.backend.lines();
+    assert!(lines.iter().all(|l| !l.contains("RoleBinding")), "{plugin}: {lines:#?}");
+    assert!(lines.contains(&"patch LimitRange team-a/tenant-default".to_string()), "{plugin}: {lines:#?}");
+    assert!(h.log.lines().iter().all(|l| !l.contains("RoleBinding")), "{plugin}: {:#?}", h.log.lines());
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_write_fails_the_reconcile_in_rust() {
+    forbidden_write_fails_the_reconcile("namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_write_fails_the_reconcile_in_python() {
+    forbidden_write_fails_the_reconcile("python-namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_write_fails_the_reconcile_in_javascript() {
+    forbidden_write_fails_the_reconcile("js-namespace-defaults").await;
+}
+
+/// A RoleBinding's roleRef cannot change: one the controller finds bound to
+/// another ClusterRole (its configuration changed) is deleted, exactly
+/// that one (by uid), and applied again. The same in every language.
+async fn role_ref_change_replaces_the_binding(plugin: &str) {
+    let backend = Backend::embedded();
+    backend.put(tenant_namespace("team-a", Some("a")));
+    let mut edit = namespace_defaults("team-a", &json!("stale"), "a")[2].clone();
+    edit["roleRef"]["name"] = json!("edit");
+    edit["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+    backend.put(edit);
+    let old_uid = backend.get(&binding("team-a")).unwrap()["metadata"]["uid"].clone();
+    let h = Harness::start(
+        backend,
+        plugin,
+        &[
+            ("namespaces", "v1", "Namespace"),
+            ("resourcequotas", "v1", "ResourceQuota"),
+            ("limitranges", "v1", "LimitRange"),
+            ("rolebindings", "rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ],
+        Mapping::Owner,
+        vec![
+            rule("", "ResourceQuota", &["patch"]),
+            rule("", "LimitRange", &["patch"]),
+            rule("rbac.authorization.k8s.io", "RoleBinding", &["patch", "delete"]),
+        ],
+    )
+    .await;
+    let b = &h.backend;
+    h.resynced("the binding to admin in the cache", |h| {
+        h.cached("rolebindings", "team-a/tenant-admins").is_some_and(|r| r["roleRef"]["name"] == "admin")
+    })
+    .await;
+    let expected = [
+        "patch ResourceQuota team-a/tenant-default",
+        "patch LimitRange team-a/tenant-default",
+        "delete RoleBinding team-a/tenant-admins",
+        "patch RoleBinding team-a/tenant-admins",
+    ];
+    assert_eq!(b.lines(), expected, "{plugin}: {:#?}", h.log.lines());
+    let uid = b.get(&cluster("v1", "Namespace", "team-a")).unwrap()["metadata"]["uid"].clone();
+    assert_eq!(b.writes()[3].body, namespace_defaults("team-a", &uid, "a")[2], "{plugin}");
+    let stored = b.get(&binding("team-a")).unwrap();
+    assert_ne!(stored["metadata"]["uid"], old_uid, "{plugin}: replaced, not patched");
+    assert_eq!(h.log.lines()[2], "updated RoleBinding team-a/tenant-admins for tenant a", "{plugin}");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_ref_change_replaces_the_binding_in_rust() {
+    role_ref_change_replaces_the_binding("namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_ref_change_replaces_the_binding_in_python() {
+    role_ref_change_replaces_the_binding("python-namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_ref_change_replaces_the_binding_in_javascript() {
+    role_ref_change_replaces_the_binding("js-namespace-defaults").await;
 }

@@ -31,12 +31,27 @@ pub enum WatchEvent {
     },
 }
 
-/// Why a list or watch failed. `Gone` makes the reflector relist.
+/// Why a list or watch failed, and so what the reflector does next (as
+/// client-go's reflector decides it):
+///
+/// | failure                    | of a watch                                 | of a list            |
+/// |----------------------------|--------------------------------------------|----------------------|
+/// | [`SourceError::Gone`]      | relist                                     | back off, list again |
+/// | [`SourceError::Retriable`] | back off, watch again from the same rv     | back off, list again |
+/// | [`SourceError::Other`]     | back off, relist                           | back off, list again |
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SourceError {
     /// `410 Gone`: the resourceVersion is older than the server keeps.
     #[error("resourceVersion {resource_version} is too old (410 Gone): {message}")]
     Gone { resource_version: String, message: String },
+    /// The server was not reached (connection refused) or asked the client
+    /// to slow down (`429 Too Many Requests`): nothing says the
+    /// resourceVersion is no longer valid, so the reflector backs off and
+    /// watches again from it, without a relist (client-go's
+    /// `isWatchErrorRetriable`). `retry_after` is the server's `Retry-After`,
+    /// the least time to wait, when it sent one.
+    #[error("{message}")]
+    Retriable { message: String, retry_after: Option<Duration> },
     /// Any other failure; the reflector backs off and relists.
     #[error("{0}")]
     Other(String),
@@ -46,8 +61,24 @@ impl SourceError {
     pub fn other(e: impl std::fmt::Display) -> Self {
         SourceError::Other(e.to_string())
     }
+    /// A [`SourceError::Retriable`] failure.
+    pub fn retriable(message: impl Into<String>, retry_after: Option<Duration>) -> Self {
+        SourceError::Retriable { message: message.into(), retry_after }
+    }
     pub fn is_gone(&self) -> bool {
         matches!(self, SourceError::Gone { .. })
+    }
+    /// Whether a watch that failed so is retried from the same
+    /// resourceVersion rather than relisting.
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, SourceError::Retriable { .. })
+    }
+    /// The server's `Retry-After`, if it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SourceError::Retriable { retry_after, .. } => *retry_after,
+            _ => None,
+        }
     }
 }
 

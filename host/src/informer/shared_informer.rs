@@ -209,7 +209,10 @@ impl SharedIndexInformer {
         Ok(())
     }
 
-    /// Sets the function called with every list and watch failure.
+    /// Sets the function called with every list and watch failure (the
+    /// reflector logs each one as well), including a watch that is retried
+    /// from the same resourceVersion. A watch that simply ends is not a
+    /// failure.
     pub fn set_watch_error_handler(&self, f: WatchErrorHandler) -> Result<(), InformerError> {
         let mut st = self.inner.state.lock();
         if st.started {
@@ -355,10 +358,9 @@ impl SharedIndexInformer {
             let fifo = Arc::new(DeltaFifo::new(inner.indexer.clone(), st.transform.clone()));
             st.fifo = Some(fifo.clone());
             st.started = true;
-            let name = inner.name.clone();
-            let on_error = st.on_error.clone().unwrap_or_else(|| {
-                Arc::new(move |e: &SourceError| tracing::warn!(informer = %name, "list/watch failed: {e}"))
-            });
+            // The reflector logs every failure itself, once; the default
+            // handler adds nothing to that.
+            let on_error = st.on_error.clone().unwrap_or_else(|| Arc::new(|_: &SourceError| {}));
             (fifo, st.resync_check_period, on_error)
         };
         inner.processor.run();

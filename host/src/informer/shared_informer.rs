@@ -16,6 +16,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::delta_fifo::{DeltaFifo, DeltaObject, DeltaType, Popped, Queue, TransformFunc};
 use super::handler::{Notification, ResourceEventHandler};
@@ -371,7 +372,10 @@ impl SharedIndexInformer {
             last_sync_resource_version: inner.last_sync_resource_version.clone(),
             on_error,
         };
-        let reflector = tokio::spawn(reflector.run(cancel.clone()));
+        // What the list and watch requests log underneath (the kube client's
+        // own lines about a refused connection, say) names the informer too.
+        let span = tracing::info_span!("reflector", informer = %inner.name);
+        let reflector = tokio::spawn(reflector.run(cancel.clone()).instrument(span));
         let resync = (!check_period.is_zero()).then(|| {
             let inner = inner.clone();
             let fifo = fifo.clone();

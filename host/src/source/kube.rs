@@ -13,14 +13,29 @@
 //!   [`RawValue`]), never re-serialised; list items that lack `kind` and
 //!   `apiVersion` (real servers omit them for built-in types) get them
 //!   spliced in from the resource.
-//! - **watch**: `WatchParams` with bookmarks, decoded by
-//!   `Client::request_events` with each object kept as [`RawValue`]. `410
-//!   Gone` as an HTTP status or as an `ERROR` event with `code: 410` becomes
-//!   [`SourceError::Gone`] (the reflector relists); other failures become
-//!   [`SourceError::Other`] with the verb, resource and server message. A
-//!   connection that drops mid-stream (unexpected EOF, reset) ends the
-//!   stream normally, like client-go's `StreamWatcher`, so the reflector
-//!   re-watches from the last resourceVersion instead of relisting.
+//! - **watch**: `WatchParams` with bookmarks, sent with `Client::send` and
+//!   read here line by line (each object kept as [`RawValue`]), rather than
+//!   through `Client::request_events`, so that the response's `Retry-After`
+//!   header is seen and a dropped connection is not logged as a warning by
+//!   the client. What a failure becomes decides what the reflector does:
+//!   - `410 Gone` as an HTTP status or as an `ERROR` event with `code: 410`
+//!     is [`SourceError::Gone`]: the reflector relists;
+//!   - a refused connection (the server is down or restarting), and `429 Too
+//!     Many Requests` as an HTTP status (a Status body with
+//!     `details.retryAfterSeconds`, or the flow-control filters' plain text)
+//!     or as an `ERROR` event, are [`SourceError::Retriable`], carrying the
+//!     `Retry-After` header (else `retryAfterSeconds`): the reflector backs
+//!     off at least that long and watches again from the same
+//!     resourceVersion, without a relist (client-go's
+//!     `isWatchErrorRetriable`);
+//!   - anything else is [`SourceError::Other`] with the verb, resource and
+//!     server message: the reflector backs off and relists;
+//!   - a connection that drops mid-stream (unexpected EOF, reset) ends the
+//!     stream normally, logged at `debug`, like client-go's `StreamWatcher`,
+//!     so the reflector re-watches from the last resourceVersion.
+//!
+//!   Lists map errors the same way (a retriable list failure is still a
+//!   list failure: the reflector backs off and lists again).
 //! - **backoff**: kube-runtime's [`DefaultBackoff`] (client-go's 800 ms → 30 s,
 //!   ×2, jitter, reset after 2 min), adapted by [`RuntimeBackoff`].
 //!
@@ -28,22 +43,28 @@
 //! list → watch → relist state machine and would hide the list boundary and
 //! `410` from the engine's reflector, which owns relists, `Replace` and
 //! tombstones. This module reuses what fits underneath it instead: kube's
-//! request builders, event decoding and client, and kube-runtime's backoff
+//! request builders, event types and client, and kube-runtime's backoff
 //! and defaults.
 //!
 //! It may not touch the informer's state (it only answers `list` and
 //! `watch`), and knows nothing of wasm or plugins.
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ::kube::api::{Api, ApiResource, DynamicObject, ListParams, VersionMatch, WatchEvent as KubeEvent, WatchParams};
+use ::kube::client::Body;
 use ::kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use ::kube::core::{GroupVersionKind, Request, Status};
 use ::kube::{Client, Config};
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use http::HeaderValue;
+use http::header::{ACCEPT_ENCODING, RETRY_AFTER};
+use http_body_util::BodyExt;
 use kube_runtime::watcher::DefaultBackoff;
 pub use kube_runtime::watcher::ListSemantic;
 use serde::Deserialize;
@@ -379,43 +400,107 @@ impl KubeSource {
     }
 
     async fn watch_from(&self, resource_version: String) -> Result<WatchStream, SourceError> {
-        let req =
+        let mut req =
             self.request.watch(&self.watch_params(), &resource_version).map_err(|e| self.meta.other("watch", e))?;
-        let events = self
-            .client
-            .request_events::<Box<RawValue>>(req)
-            .await
-            .map_err(|e| self.meta.error("watch", &resource_version, e))?;
-        let meta = self.meta.clone();
-        let state = (Box::pin(events), false);
-        let stream = futures::stream::unfold(state, move |(mut events, failed)| {
-            let meta = meta.clone();
-            let rv = resource_version.clone();
-            async move {
-                if failed {
-                    return None;
+        // As kube's `request_events`: a watch stream is never compressed.
+        req.headers_mut().entry(ACCEPT_ENCODING).or_insert(HeaderValue::from_static("identity"));
+        let res =
+            self.client.send(req.map(Body::from)).await.map_err(|e| self.meta.error("watch", &resource_version, e))?;
+        if !res.status().is_success() {
+            return Err(self.meta.response_error("watch", &resource_version, res).await);
+        }
+        let state = WatchState {
+            body: Box::pin(res.into_body().into_data_stream()),
+            buf: BytesMut::new(),
+            scanned: 0,
+            ended: false,
+            meta: self.meta.clone(),
+            resource_version,
+        };
+        Ok(futures::stream::unfold(state, WatchState::next).boxed())
+    }
+}
+
+/// A watch response being read: newline-delimited JSON events, as kube's
+/// `request_events` decodes them, read here so that the reflector, not the
+/// client, decides what a dropped connection means and how it is logged.
+struct WatchState {
+    body: Pin<Box<dyn futures::Stream<Item = Result<Bytes, ::kube::Error>> + Send>>,
+    buf: BytesMut,
+    /// Bytes of `buf` known to hold no newline.
+    scanned: usize,
+    /// The stream has ended (cleanly, dropped, or after an error).
+    ended: bool,
+    meta: Arc<Meta>,
+    resource_version: String,
+}
+
+impl WatchState {
+    async fn next(mut self) -> Option<(Result<WatchEvent, SourceError>, Self)> {
+        loop {
+            if let Some(i) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+                let line = self.buf.split_to(self.scanned + i + 1);
+                self.scanned = 0;
+                match self.decode(&line[..line.len() - 1]) {
+                    Some(item) => return self.emit(item),
+                    None => continue,
                 }
-                let item = match events.next().await? {
-                    Ok(KubeEvent::Added(raw)) => meta.object(raw).map(WatchEvent::Added),
-                    Ok(KubeEvent::Modified(raw)) => meta.object(raw).map(WatchEvent::Modified),
-                    Ok(KubeEvent::Deleted(raw)) => meta.object(raw).map(WatchEvent::Deleted),
-                    Ok(KubeEvent::Bookmark(b)) => {
-                        Ok(WatchEvent::Bookmark { resource_version: b.metadata.resource_version })
-                    }
-                    Ok(KubeEvent::Error(status)) => Err(meta.status("watch", &rv, &status)),
-                    Err(::kube::Error::ReadEvents(e)) if is_probable_eof(&e) => {
-                        // client-go's StreamWatcher treats these as the end of
-                        // the watch: the reflector resumes from the last rv.
-                        tracing::debug!(source = %meta.describe, "watch connection ended: {e}");
-                        return None;
-                    }
-                    Err(e) => Err(meta.error("watch", &rv, e)),
-                };
-                let failed = item.is_err();
-                Some((item, (events, failed)))
             }
-        });
-        Ok(stream.boxed())
+            self.scanned = self.buf.len();
+            if self.ended {
+                // A last line without a newline, then the end.
+                let rest = std::mem::take(&mut self.buf);
+                self.scanned = 0;
+                let item = self.decode(&rest)?;
+                return self.emit(item);
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                None => self.ended = true,
+                Some(Err(e)) if is_probable_eof(&e) => {
+                    // client-go's StreamWatcher ends the watch on these; the
+                    // reflector resumes from the last resourceVersion.
+                    tracing::debug!(source = %self.meta.describe, "watch connection ended: {}", chain(&e));
+                    self.ended = true;
+                    self.buf.clear();
+                }
+                Some(Err(e)) => {
+                    self.ended = true;
+                    self.buf.clear();
+                    let e = self.meta.other("watch", e);
+                    return self.emit(Err(e));
+                }
+            }
+        }
+    }
+
+    /// An error ends the stream after it is delivered.
+    fn emit(mut self, item: Result<WatchEvent, SourceError>) -> Option<(Result<WatchEvent, SourceError>, Self)> {
+        if item.is_err() {
+            self.ended = true;
+            self.buf.clear();
+        }
+        Some((item, self))
+    }
+
+    /// One line: an event, an error, or `None` for a blank line.
+    fn decode(&self, line: &[u8]) -> Option<Result<WatchEvent, SourceError>> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let (meta, rv) = (&self.meta, self.resource_version.as_str());
+        Some(match serde_json::from_slice::<KubeEvent<Box<RawValue>>>(line) {
+            Ok(KubeEvent::Added(raw)) => meta.object(raw).map(WatchEvent::Added),
+            Ok(KubeEvent::Modified(raw)) => meta.object(raw).map(WatchEvent::Modified),
+            Ok(KubeEvent::Deleted(raw)) => meta.object(raw).map(WatchEvent::Deleted),
+            Ok(KubeEvent::Bookmark(b)) => Ok(WatchEvent::Bookmark { resource_version: b.metadata.resource_version }),
+            Ok(KubeEvent::Error(status)) => Err(meta.status("watch", rv, &status, None)),
+            Err(e) => match serde_json::from_slice::<Status>(line) {
+                // A bare Status line: the server's error, as kube reads it.
+                Ok(status) => Err(meta.status("watch", rv, &status, None)),
+                Err(_) => Err(meta.other("watch: undecodable event", e)),
+            },
+        })
     }
 }
 
@@ -436,58 +521,118 @@ impl Meta {
         Ok(Arc::new(Object::from_json(json).map_err(undecodable)?))
     }
 
-    fn status(&self, verb: &str, resource_version: &str, s: &Status) -> SourceError {
+    /// A failure the server answered with: `410` is [`SourceError::Gone`];
+    /// `429` is [`SourceError::Retriable`] after `Retry-After` (the header,
+    /// else `details.retryAfterSeconds`); anything else is
+    /// [`SourceError::Other`].
+    fn status(&self, verb: &str, resource_version: &str, s: &Status, retry_after: Option<Duration>) -> SourceError {
         if s.code == 410 {
             return SourceError::Gone { resource_version: resource_version.into(), message: s.message.clone() };
         }
-        SourceError::Other(format!(
-            "{verb} {} failed: {} (reason {:?}, code {})",
+        let message = format!(
+            "{verb} {} failed: {} ({}code {})",
             self.describe,
             if s.message.is_empty() { "no message" } else { &s.message },
-            s.reason,
+            if s.reason.is_empty() { String::new() } else { format!("reason {:?}, ", s.reason) },
             s.code
-        ))
+        );
+        if s.code == 429 || s.reason == "TooManyRequests" {
+            let details = s.details.as_ref().map(|d| d.retry_after_seconds).filter(|s| *s > 0);
+            let retry_after = retry_after.or(details.map(|s| Duration::from_secs(s.into())));
+            return SourceError::Retriable { message, retry_after };
+        }
+        SourceError::Other(message)
+    }
+
+    /// A non-2xx answer read off the response: its Status body (or, as kube
+    /// does for a body that is not one, a Status made of its text) and its
+    /// `Retry-After` header.
+    async fn response_error(&self, verb: &str, resource_version: &str, res: http::Response<Body>) -> SourceError {
+        let code = res.status().as_u16();
+        let retry_after = res
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = match res.into_body().collect_bytes().await {
+            Ok(body) => body,
+            Err(e) => return self.other(verb, e),
+        };
+        let status = serde_json::from_slice::<Status>(&body).unwrap_or_else(|_| {
+            let text = String::from_utf8_lossy(&body);
+            Status::failure(text.trim(), "").with_code(code)
+        });
+        self.status(verb, resource_version, &status, retry_after)
     }
 
     fn error(&self, verb: &str, resource_version: &str, e: ::kube::Error) -> SourceError {
         match e {
-            ::kube::Error::Api(s) => self.status(verb, resource_version, &s),
+            ::kube::Error::Api(s) => self.status(verb, resource_version, &s, None),
+            e if is_connection_refused(&e) => match self.other(verb, e) {
+                SourceError::Other(message) => SourceError::Retriable { message, retry_after: None },
+                other => other,
+            },
             e => self.other(verb, e),
         }
     }
 
     fn other(&self, verb: &str, e: impl std::error::Error) -> SourceError {
-        let mut msg = format!("{verb} {} failed: {e}", self.describe);
-        let mut source = e.source();
-        while let Some(s) = source {
-            let s_text = s.to_string();
-            if !msg.contains(&s_text) {
-                msg.push_str(": ");
-                msg.push_str(&s_text);
-            }
-            source = s.source();
-        }
-        SourceError::Other(msg)
+        SourceError::Other(format!("{verb} {} failed: {}", self.describe, chain(&e)))
     }
 }
 
-/// client-go's `net.IsProbableEOF`: the connection ended, not the protocol.
-fn is_probable_eof(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::*;
-    if matches!(e.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe) {
-        return true;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|r| r as _);
+/// An error and its sources, each once: `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
     while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>()
-            && matches!(io.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe)
-        {
-            return true;
+        let s_text = s.to_string();
+        if !msg.contains(&s_text) {
+            msg.push_str(": ");
+            msg.push_str(&s_text);
         }
         source = s.source();
     }
-    let text = e.to_string();
-    ["unexpected EOF", "connection reset", "broken pipe", "use of closed network connection"]
+    msg
+}
+
+/// Whether an `io::Error` of one of `kinds` is in `e`'s source chain.
+fn chain_has_io(e: &(dyn std::error::Error + 'static), kinds: &[std::io::ErrorKind]) -> bool {
+    let mut source = Some(e);
+    // HTTP and TLS stacks nest a handful of errors; stop on a cycle.
+    for _ in 0..16 {
+        let Some(s) = source else { return false };
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if kinds.contains(&io.kind()) {
+                return true;
+            }
+            // An io::Error's own source is its inner error.
+            if let Some(inner) = io.get_ref()
+                && chain_has_io(inner, kinds)
+            {
+                return true;
+            }
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// client-go's `net.IsConnectionRefused`: the server was not reached.
+fn is_connection_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    chain_has_io(e, &[std::io::ErrorKind::ConnectionRefused])
+        || chain(e).to_ascii_lowercase().contains("connection refused")
+}
+
+/// client-go's `net.IsProbableEOF`: the connection ended, not the protocol.
+fn is_probable_eof(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::*;
+    if chain_has_io(e, &[UnexpectedEof, ConnectionReset, ConnectionAborted, BrokenPipe]) {
+        return true;
+    }
+    let text = chain(e);
+    ["unexpected EOF", "connection reset", "broken pipe", "use of closed network connection", "connection closed"]
         .iter()
         .any(|needle| text.contains(needle))
 }
@@ -570,7 +715,7 @@ mod tests {
             panic!("not an ERROR")
         };
         let meta = Meta { describe: "v1/ConfigMap".into(), api_version: "v1".into(), kind: "ConfigMap".into() };
-        assert!(meta.status("watch", "1", &s).is_gone());
+        assert!(meta.status("watch", "1", &s, None).is_gone());
     }
 
     #[test]
@@ -613,6 +758,39 @@ mod tests {
         let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "eof");
         assert!(is_probable_eof(&eof));
         assert!(!is_probable_eof(&std::io::Error::other("bad frame")));
+    }
+
+    #[test]
+    fn too_many_requests_and_refused_connections_are_retriable() {
+        let meta = Meta { describe: "v1/ConfigMap".into(), api_version: "v1".into(), kind: "ConfigMap".into() };
+        // The watch cache's 429: a Status with details.retryAfterSeconds.
+        let s: Status = serde_json::from_str(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests: storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":3},"code":429}"#,
+        )
+        .unwrap();
+        let e = meta.status("watch", "5", &s, None);
+        assert!(e.is_retriable() && !e.is_gone(), "{e:?}");
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
+        // The Retry-After header, when there is one, is what counts.
+        assert_eq!(
+            meta.status("watch", "5", &s, Some(Duration::from_secs(7))).retry_after(),
+            Some(Duration::from_secs(7))
+        );
+        // The flow-control filters' plain-text 429: no reason, no details.
+        let plain = Status::failure("Too many requests, please try again later.", "").with_code(429);
+        let e = meta.status("watch", "5", &plain, Some(Duration::from_secs(2)));
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+        assert_eq!(e.to_string(), "watch v1/ConfigMap failed: Too many requests, please try again later. (code 429)");
+        assert!(
+            !meta.status("watch", "5", &Status::failure("boom", "InternalError").with_code(500), None).is_retriable()
+        );
+
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused (os error 111)");
+        let e = meta.error("watch", "5", ::kube::Error::Service(Box::new(refused)));
+        assert!(e.is_retriable() && e.retry_after().is_none(), "{e:?}");
+        assert!(e.to_string().starts_with("watch v1/ConfigMap failed: "), "{e}");
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(!meta.error("watch", "5", ::kube::Error::Service(Box::new(reset))).is_retriable());
     }
 
     #[test]

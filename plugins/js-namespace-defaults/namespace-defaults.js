@@ -23,6 +23,7 @@ import {
   PluginError,
   Reconciler,
   Target,
+  drop,
   exportController,
   info,
   kube,
@@ -121,9 +122,17 @@ class NamespaceDefaults extends Reconciler {
   }
 
   reconcile(name) {
-    const s = this.settings;
-    const namespace = stores.get(s.namespaces, name);
+    const namespace = stores.get(this.settings.namespaces, name);
     if (namespace === undefined) return Action.done(); // deleted: what it owned goes with it
+    try {
+      return this.reconcileNamespace(name, namespace);
+    } finally {
+      drop(namespace);
+    }
+  }
+
+  reconcileNamespace(name, namespace) {
+    const s = this.settings;
     if (namespace.pointer('/metadata/deletionTimestamp') !== undefined) {
       return Action.done(); // terminating: the server refuses new objects in it
     }
@@ -136,6 +145,7 @@ class NamespaceDefaults extends Reconciler {
       if (target === undefined) throw new PluginError('a default without a name');
       const cached = stores.get(informer, `${name}/${target.name}`);
       const current = cached === undefined ? undefined : parse(cached);
+      drop(cached);
       if (current !== undefined && contains(current, desired)) continue; // already as configured: no write
       // A RoleBinding's roleRef cannot change: replace the binding.
       if (current !== undefined && target.kind === 'RoleBinding' && !same(current.roleRef, desired.roleRef)) {

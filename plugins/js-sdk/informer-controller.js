@@ -41,7 +41,10 @@
 //   namespaces before it leaves and sends it with the plugin's name as field
 //   manager.
 // - Cached objects are host-owned resources with the accessors of
-//   informer-guest.js (`key()`, `label(k)`, `uid()`, `json()`, ...).
+//   informer-guest.js (`key()`, `label(k)`, `uid()`, `json()`, ...). Each
+//   holds a handle in the host until the garbage collector finalizes it;
+//   `drop(obj)` (or `using`) releases it at once, which a controller that
+//   reads many objects per reconcile should do.
 // - informer-guest.js's `Config`, `PluginError`, `parse`, `parseAt` and the
 //   logging functions are re-exported here.
 import * as rawKube from 'informer-host:plugin/kube@0.1.0';
@@ -122,6 +125,17 @@ export function exportController(ReconcilerClass) {
 }
 
 // ---- reads ------------------------------------------------------------------
+
+/** The symbol componentize-js disposes resources with. */
+const DISPOSE = Symbol.dispose ?? Symbol.for('dispose');
+
+/**
+ * Releases the host handle of a cached object now (it must not be used
+ * afterwards); undefined and null are ignored.
+ */
+export function drop(obj) {
+  if (obj !== undefined && obj !== null && typeof obj[DISPOSE] === 'function') obj[DISPOSE]();
+}
 
 /** The error text of a failed import call (its `payload`). */
 function payloadOf(e) {

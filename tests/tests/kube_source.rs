@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use e2e::apiserver::{ApiServer, GoneStyle, RequestKind, ResourceType, config_map};
+use e2e::apiserver::{ApiServer, GoneStyle, RequestKind, ResourceType, ThrottleStyle, config_map};
 use e2e::eventually;
 use informer_host::informer::{
     DeletedObject, HandlerError, InformerOptions, ObjectRef, Registration, ResourceEventHandler, SharedIndexInformer,
@@ -91,7 +91,12 @@ impl Drop for Harness {
 impl Harness {
     /// Starts the informer; does not wait for it to sync.
     fn start(server: &ApiServer, resource: KubeResource, options: KubeSourceOptions) -> Harness {
-        let source = KubeSource::new(server.client(), &resource, options);
+        Harness::start_with(server.client(), resource, options)
+    }
+
+    /// Starts the informer over `client`; does not wait for it to sync.
+    fn start_with(client: kube::Client, resource: KubeResource, options: KubeSourceOptions) -> Harness {
+        let source = KubeSource::new(client, &resource, options);
         let informer = SharedIndexInformer::new(source, InformerOptions { name: "kube".into(), ..Default::default() });
         let rec = Recorder::default();
         let reg = informer.add_event_handler(rec.clone()).unwrap();
@@ -353,6 +358,118 @@ async fn dropped_connection_resumes_from_last_resource_version() {
     assert_eq!(server.lists().len(), 1, "no relist");
     assert!(h.errors().is_empty(), "{:?}", h.errors());
     assert_eq!(h.keys(), ["ns/a", "ns/c", "ns/d", "ns/sentinel"]);
+}
+
+/// The server goes down for a while (connections refused; the open watch
+/// ends abruptly) and comes back with its history intact. As client-go's
+/// reflector does (`isWatchErrorRetriable`), the informer retries the
+/// *watch* from the last resourceVersion with backoff and never lists
+/// again: a handler receives the change made during the outage, once, and
+/// nothing for the unchanged objects. With `changed = false` it receives
+/// nothing at all.
+async fn outage_resumes_the_watch_without_relist(changed: bool) {
+    let server = ApiServer::start().await;
+    server.create(config_map("ns", "a", &[], &[("k", "1")])).unwrap();
+    server.create(config_map("ns", "b", &[], &[])).unwrap();
+    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    server.create(config_map("ns", "c", &[], &[])).unwrap();
+    h.wait_for(3).await;
+    assert_eq!(server.open_watches(), 1);
+
+    server.refuse_connections().await;
+    eventually(format_args!("two refused watches (errors {:?})", h.errors()), || h.errors().len() >= 2).await;
+    if changed {
+        server.update(config_map("ns", "a", &[], &[("k", "2")])).unwrap();
+    }
+    server.accept_connections().await;
+    eventually("the resumed watch", || server.open_watches() == 1).await;
+    server.create(config_map("ns", "sentinel", &[], &[])).unwrap();
+    let expected: &[&str] = if changed { &["update ns/a 2->5", "add ns/sentinel@6"] } else { &["add ns/sentinel@5"] };
+    h.wait_for(3 + expected.len()).await;
+
+    assert_eq!(h.rec.lines()[..3], ["add ns/a@2 initial", "add ns/b@3 initial", "add ns/c@4"]);
+    assert_eq!(h.rec.lines()[3..], *expected, "only what changed, once");
+    assert_eq!(
+        server.lists().len(),
+        1,
+        "no relist: {:?}",
+        server.requests().iter().map(|r| &r.uri).collect::<Vec<_>>()
+    );
+    assert_eq!(watch_rvs(&server), ["3", "4"], "the refused watches never reached the server; the next resumed at 4");
+    let errors = h.errors();
+    assert!(errors.iter().all(SourceError::is_retriable), "{errors:?}");
+    let message = errors[0].to_string();
+    assert!(message.starts_with("watch v1/ConfigMap in all namespaces failed: "), "{message}");
+    assert!(message.to_lowercase().contains("connection refused"), "{message}");
+    assert_eq!(h.keys(), ["ns/a", "ns/b", "ns/c", "ns/sentinel"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_retry_the_watch_and_deliver_the_change_once() {
+    outage_resumes_the_watch_without_relist(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_without_changes_deliver_nothing() {
+    outage_resumes_the_watch_without_relist(false).await;
+}
+
+/// A watch answered `429 Too Many Requests` with `Retry-After: 2`. With
+/// `client_retries`, kube's client retries it itself after `Retry-After`, as
+/// client-go's REST client does (kube's default `RetryPolicy`): the
+/// informer never sees the `429`. Without (`Config::default_retry = false`,
+/// or once the client gave up), the reflector gets it as a retriable error
+/// and watches again from the same resourceVersion no sooner than
+/// `Retry-After`. Either way nothing is listed again and the handler sees
+/// nothing extra.
+async fn too_many_requests_waits_retry_after(style: ThrottleStyle, client_retries: bool) {
+    let server = ApiServer::start().await;
+    server.create(config_map("ns", "a", &[], &[])).unwrap();
+    let mut config = server.config();
+    config.default_retry = client_retries;
+    let client = kube::Client::try_from(config).unwrap();
+    let h = Harness::start_with(client, config_maps(), KubeSourceOptions::default());
+    eventually("the informer and its handler to sync", || h.informer.has_synced() && h.reg.has_synced()).await;
+    server.create(config_map("ns", "b", &[], &[])).unwrap();
+    h.wait_for(2).await;
+
+    server.throttle_styled_where(|r| r.is_watch(), 1, 2, style);
+    assert_eq!(server.drop_watches(), 1);
+    eventually("the watch after the 429", || server.watches().len() == 3).await;
+    let watches = server.watches();
+    let waited = watches[2].at - watches[1].at;
+    assert!(waited >= std::time::Duration::from_secs(2), "watched again after {waited:?}");
+    assert!(waited < std::time::Duration::from_secs(4), "watched again after {waited:?}");
+    assert_eq!(watch_rvs(&server), ["2", "3", "3"]);
+    assert_eq!(server.lists().len(), 1, "no relist");
+    let errors = h.errors();
+    if client_retries {
+        assert!(errors.is_empty(), "{errors:?}");
+    } else {
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].is_retriable(), "{errors:?}");
+        assert_eq!(errors[0].retry_after(), Some(std::time::Duration::from_secs(2)));
+        assert!(errors[0].to_string().contains("code 429"), "{}", errors[0]);
+    }
+
+    server.create(config_map("ns", "sentinel", &[], &[])).unwrap();
+    h.wait_for(3).await;
+    assert_eq!(h.rec.lines(), ["add ns/a@2 initial", "add ns/b@3", "add ns/sentinel@4"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_requests_status_waits_retry_after_and_resumes() {
+    too_many_requests_waits_retry_after(ThrottleStyle::Status, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_requests_from_flow_control_waits_retry_after_and_resumes() {
+    too_many_requests_waits_retry_after(ThrottleStyle::FlowControl, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_requests_retried_by_the_client_after_retry_after() {
+    too_many_requests_waits_retry_after(ThrottleStyle::Status, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,28 @@
 //! Fault injection: failures answered instead of the real response, `429`
 //! throttling with `Retry-After`, and refused connections.
 //!
-//! The `429` is the one the API server's max-in-flight and priority-and-
-//! fairness filters send (`tooManyRequests` in
-//! `k8s.io/apiserver/pkg/server/filters`): `Retry-After` and a plain-text
-//! body, not a Status, because the request never reached a handler that
-//! speaks the API's content types.
+//! A `429` comes in the two forms the API server sends ([`ThrottleStyle`]):
+//! by default the one its max-in-flight and priority-and-fairness filters
+//! send (`tooManyRequests` in `k8s.io/apiserver/pkg/server/filters`):
+//! `Retry-After` and a plain-text body, not a Status, because the request
+//! never reached a handler that speaks the API's content types; or a
+//! handler's `apierrors.NewTooManyRequests` (the watch cache answers watches
+//! so while it (re)initializes): a `Status` with reason `TooManyRequests`
+//! and `details.retryAfterSeconds`, and the `Retry-After` header
+//! `responsewriters.ErrorNegotiated` sets from it.
 
 use super::*;
+
+/// How a `429 Too Many Requests` is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ThrottleStyle {
+    /// The flow-control filters' answer: plain text and `Retry-After`.
+    #[default]
+    FlowControl,
+    /// A handler's answer: a `Status` (reason `TooManyRequests`,
+    /// `details.retryAfterSeconds`) and `Retry-After`.
+    Status,
+}
 
 pub(super) type FailureMatcher = Box<dyn Fn(&RecordedRequest) -> bool + Send>;
 
@@ -21,18 +36,29 @@ pub(super) struct Throttle {
     pub(super) matches: FailureMatcher,
     pub(super) remaining: usize,
     pub(super) retry_after: u64,
+    pub(super) style: ThrottleStyle,
 }
 
-/// Takes one `429` for `rec` if a throttle applies; returns its `Retry-After`.
-pub(super) fn take_throttle(throttles: &mut Vec<Throttle>, rec: &RecordedRequest) -> Option<u64> {
+/// Takes one `429` for `rec` if a throttle applies; returns its
+/// `Retry-After` and style.
+pub(super) fn take_throttle(throttles: &mut Vec<Throttle>, rec: &RecordedRequest) -> Option<(u64, ThrottleStyle)> {
     let i = throttles.iter().position(|t| t.remaining > 0 && (t.matches)(rec))?;
     throttles[i].remaining -= 1;
-    let retry_after = throttles[i].retry_after;
+    let answer = (throttles[i].retry_after, throttles[i].style);
     throttles.retain(|t| t.remaining > 0);
-    Some(retry_after)
+    Some(answer)
 }
 
-pub(super) fn too_many_requests(retry_after: u64) -> Response<Body> {
+pub(super) fn too_many_requests(retry_after: u64, style: ThrottleStyle) -> Response<Body> {
+    if style == ThrottleStyle::Status {
+        // apierrors.NewTooManyRequests("storage is (re)initializing", retryAfter).
+        let mut status =
+            status_object(429, "TooManyRequests", "Too many requests: storage is (re)initializing".to_string());
+        status["details"] = json!({"retryAfterSeconds": retry_after});
+        let mut response = json_response(StatusCode::TOO_MANY_REQUESTS, status.to_string());
+        response.headers_mut().insert(header::RETRY_AFTER, retry_after.into());
+        return response;
+    }
     Response::builder()
         .status(StatusCode::TOO_MANY_REQUESTS)
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
@@ -61,10 +87,21 @@ impl ApiServer {
         n: usize,
         retry_after_secs: u64,
     ) {
+        self.throttle_styled_where(matches, n, retry_after_secs, ThrottleStyle::FlowControl);
+    }
+    /// As [`ApiServer::throttle_where`], answered in `style`.
+    pub fn throttle_styled_where(
+        &self,
+        matches: impl Fn(&RecordedRequest) -> bool + Send + 'static,
+        n: usize,
+        retry_after_secs: u64,
+        style: ThrottleStyle,
+    ) {
         self.shared.state.lock().throttles.push(Throttle {
             matches: Box::new(matches),
             remaining: n,
             retry_after: retry_after_secs,
+            style,
         });
     }
 

@@ -132,6 +132,7 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
                 .collect(),
             user_agent: header("user-agent"),
             body: String::from_utf8_lossy(&body).into_owned(),
+            at: tokio::time::Instant::now(),
         };
         let throttled = take_throttle(&mut st.throttles, &rec);
         let failure = st.failures.iter().position(|f| (f.matches)(&rec)).map(|i| st.failures.remove(i).code);
@@ -150,8 +151,8 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
         });
         (route, kind, failure, throttled, denied)
     };
-    if let Some(retry_after) = throttled {
-        return Ok(too_many_requests(retry_after));
+    if let Some((retry_after, style)) = throttled {
+        return Ok(too_many_requests(retry_after, style));
     }
     if let Some(code) = failure {
         let message = match code {

@@ -109,6 +109,7 @@ use store::*;
 use writes::*;
 
 pub use authz::Rule;
+pub use faults::ThrottleStyle;
 pub use list_watch::GoneStyle;
 pub use requests::{RecordedRequest, RequestKind};
 pub use resources::ResourceType;

@@ -42,6 +42,8 @@ pub struct RecordedRequest {
     pub user_agent: Option<String>,
     /// The request body (lossy UTF-8; empty for reads).
     pub body: String,
+    /// When the server received it (tokio's clock).
+    pub at: tokio::time::Instant,
 }
 
 impl RecordedRequest {

@@ -276,3 +276,26 @@ async fn watch_selection_changes_bookmarks_and_drops() {
     }
     crate::eventually("the dropped watch to close", || server.open_watches() == 0).await;
 }
+
+/// A handler's `429` (`ThrottleStyle::Status`): a `Status` with reason
+/// `TooManyRequests` and `details.retryAfterSeconds`, and the `Retry-After`
+/// header set from it; the next request is answered normally.
+#[tokio::test]
+async fn throttle_as_status_wire_format() {
+    let server = ApiServer::start().await;
+    server.throttle_styled_where(|r| r.is_watch(), 1, 4, ThrottleStyle::Status);
+    let (head, body, _) = raw_get(&server, "/api/v1/configmaps?watch=true&resourceVersion=1&timeoutSeconds=1").await;
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    let lower = head.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 4\r\n") && lower.contains("content-type: application/json"), "{head}");
+    let status: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        status,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "Too many requests: storage is (re)initializing", "reason": "TooManyRequests",
+               "details": {"retryAfterSeconds": 4}, "code": 429})
+    );
+    let (head, _, _) = raw_get(&server, "/api/v1/configmaps").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(server.requests().len(), 2);
+}

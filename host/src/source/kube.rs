@@ -30,9 +30,10 @@
 //!     `isWatchErrorRetriable`);
 //!   - anything else is [`SourceError::Other`] with the verb, resource and
 //!     server message: the reflector backs off and relists;
-//!   - a connection that drops mid-stream (unexpected EOF, reset) ends the
-//!     stream normally, logged at `debug`, like client-go's `StreamWatcher`,
-//!     so the reflector re-watches from the last resourceVersion.
+//!   - a connection that drops mid-stream (unexpected EOF, reset) or whose
+//!     read times out ends the stream normally, logged at `debug`, like
+//!     client-go's `StreamWatcher`, so the reflector re-watches from the
+//!     last resourceVersion.
 //!
 //!   Lists map errors the same way (a retriable list failure is still a
 //!   list failure: the reflector backs off and lists again).
@@ -457,9 +458,10 @@ impl WatchState {
             match self.body.next().await {
                 Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
                 None => self.ended = true,
-                Some(Err(e)) if is_probable_eof(&e) => {
-                    // client-go's StreamWatcher ends the watch on these; the
-                    // reflector resumes from the last resourceVersion.
+                Some(Err(e)) if is_probable_eof(&e) || is_timeout(&e) => {
+                    // client-go's StreamWatcher ends the watch on these
+                    // (`IsProbableEOF || IsTimeout`); the reflector resumes
+                    // from the last resourceVersion.
                     tracing::debug!(source = %self.meta.describe, "watch connection ended: {}", chain(&e));
                     self.ended = true;
                     self.buf.clear();
@@ -625,6 +627,11 @@ fn is_connection_refused(e: &(dyn std::error::Error + 'static)) -> bool {
         || chain(e).to_ascii_lowercase().contains("connection refused")
 }
 
+/// client-go's `net.IsTimeout`: the client's read timeout fired.
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    chain_has_io(e, &[std::io::ErrorKind::TimedOut])
+}
+
 /// client-go's `net.IsProbableEOF`: the connection ended, not the protocol.
 fn is_probable_eof(e: &(dyn std::error::Error + 'static)) -> bool {
     use std::io::ErrorKind::*;
@@ -758,6 +765,8 @@ mod tests {
         let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "eof");
         assert!(is_probable_eof(&eof));
         assert!(!is_probable_eof(&std::io::Error::other("bad frame")));
+        let timed_out = ::kube::Error::Service(Box::new(std::io::Error::new(std::io::ErrorKind::TimedOut, "read")));
+        assert!(is_timeout(&timed_out) && !is_probable_eof(&timed_out));
     }
 
     #[test]

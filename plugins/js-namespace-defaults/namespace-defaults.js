@@ -102,6 +102,9 @@ function settingsOf(config) {
     }
     settings[key] = { ...value, name: string(value.name ?? name, `${key}.name`) };
   }
+  for (const [resource, quantity] of Object.entries(settings.resource_quota?.hard ?? {})) {
+    string(quantity, `resource_quota.hard.${resource}`);
+  }
   for (const subject of settings.role_binding?.subjects ?? []) {
     if (!isObject(subject)) throw new PluginError('role_binding.subjects: not an object');
     known(subject, ['kind', 'name', 'namespace'], 'role_binding.subjects');

@@ -76,8 +76,12 @@ def _settings(config):
         _known(value, ["name", *required], key)
         for field, of_type in required.items():
             if not isinstance(value.get(field), of_type):
-                raise ic.Error(f"{key}.{field}: missing or not a{'n' if of_type is list else ''} {of_type.__name__}")
+                raise ic.Error(f"{key}.{field}: missing or not {_JSON_TYPES[of_type]}")
         settings[key] = {"name": _string(value.get("name", name), f"{key}.name"), **value}
+    quota = settings["resource_quota"]
+    if quota is not None:
+        for resource, quantity in quota["hard"].items():
+            _string(quantity, f"resource_quota.hard.{resource}")
     binding = settings["role_binding"]
     if binding is not None:
         for subject in binding["subjects"]:
@@ -87,6 +91,9 @@ def _settings(config):
             for field in ("kind", "name"):
                 _string(subject.get(field), f"role_binding.subjects.{field}")
     return settings
+
+
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string"}
 
 
 def _known(value, fields, what):

@@ -25,6 +25,9 @@
 //   `resourceVersion()`, `label(k)`, ... never copy the body; `json()` returns
 //   it and `parse(obj)` decodes it. `Deleted` wraps what `onDelete` gets.
 // - Logging: `trace`, `debug`, `info`, `warn`, `error` call the `log` import.
+//
+// Controllers (world `controller`) use informer-controller.js, next to this
+// module.
 import { log as hostLog } from 'informer-host:plugin/log@0.1.0';
 
 /**

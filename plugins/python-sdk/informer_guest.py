@@ -33,6 +33,9 @@ and is built with (from the plugin's folder)::
   :func:`error` call the host's ``log`` import.
 - **Cache**: :func:`cache_get`, :func:`cache_list`, :func:`cache_by_index`
   (only when the host grants the ``cache`` capability).
+
+Controllers (world ``controller``) use :mod:`informer_controller`, next to
+this module.
 """
 
 import json as _json

@@ -508,7 +508,7 @@ fn table(rows: &[Figures]) -> String {
 }
 
 /// Figures of the recorders per language, not assertions:
-/// `cargo test -p e2e --test other_languages -- --ignored --nocapture bench_recorders`.
+/// `cargo test -p e2e --test all -- --ignored --nocapture other_languages::bench_recorders`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: run by hand"]
 async fn bench_recorders_per_language() {
@@ -525,7 +525,7 @@ async fn bench_recorders_per_language() {
 /// The figures of issue 6, not assertions: per language, side by side in
 /// one run, the no-op and the metadata-only handler (`noop`, `metadata` and
 /// their twins `<language>-noop`, `<language>-metadata`):
-/// `cargo test -p e2e --test other_languages -- --ignored --nocapture bench_noop_and_metadata`.
+/// `cargo test -p e2e --test all -- --ignored --nocapture other_languages::bench_noop_and_metadata`.
 ///
 /// Size, compile time (no cache), instantiate time (from the `InstancePre`,
 /// with `init`; median of 20) and RSS per instance are the no-op plugin's;

@@ -291,6 +291,18 @@ struct Harness {
 impl Harness {
     /// Starts `plugin` with its informers (name, apiVersion, kind; the
     /// first is the primary), and waits until everything synced.
+    /// namespace-defaults (`plugin`: the Rust one or a twin) on the
+    /// Namespaces, owning the three kinds it creates.
+    async fn namespace_defaults(backend: Backend, plugin: &str, rules: Vec<WriteRule>) -> Harness {
+        let informers = [
+            ("namespaces", "v1", "Namespace"),
+            ("resourcequotas", "v1", "ResourceQuota"),
+            ("limitranges", "v1", "LimitRange"),
+            ("rolebindings", "rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ];
+        Harness::start(backend, plugin, &informers, Mapping::Owner, rules).await
+    }
+
     async fn start(
         backend: Backend,
         plugin: &str,
@@ -366,6 +378,16 @@ impl Harness {
         self.controller.take().unwrap().stop().await;
         self.stop.cancel();
     }
+}
+
+/// What namespace-defaults may write: its three kinds (the RoleBinding
+/// last).
+fn namespace_defaults_rules() -> Vec<WriteRule> {
+    vec![
+        rule("", "ResourceQuota", &["patch"]),
+        rule("", "LimitRange", &["patch"]),
+        rule("rbac.authorization.k8s.io", "RoleBinding", &["patch", "delete"]),
+    ]
 }
 
 fn namespaced(api_version: &str, kind: &str, namespace: &str, name: &str) -> Target {
@@ -608,23 +630,7 @@ fn namespace_defaults(ns: &str, uid: &Value, tenant: &str) -> [Value; 3] {
 async fn namespace_defaults_converge(backend: Backend, plugin: &str) {
     backend.put(tenant_namespace("team-a", Some("a")));
     backend.put(tenant_namespace("scratch", None));
-    let h = Harness::start(
-        backend,
-        plugin,
-        &[
-            ("namespaces", "v1", "Namespace"),
-            ("resourcequotas", "v1", "ResourceQuota"),
-            ("limitranges", "v1", "LimitRange"),
-            ("rolebindings", "rbac.authorization.k8s.io/v1", "RoleBinding"),
-        ],
-        Mapping::Owner,
-        vec![
-            rule("", "ResourceQuota", &["patch"]),
-            rule("", "LimitRange", &["patch"]),
-            rule("rbac.authorization.k8s.io", "RoleBinding", &["patch", "delete"]),
-        ],
-    )
-    .await;
+    let h = Harness::namespace_defaults(backend, plugin, namespace_defaults_rules()).await;
     let b = &h.backend;
     let all_cached = |h: &Harness| {
         h.cached("resourcequotas", "team-a/tenant-default").is_some()
@@ -759,19 +765,9 @@ async fn js_namespace_defaults_converge_against_the_embedded_store() {
 async fn forbidden_write_fails_the_reconcile(plugin: &str) {
     let backend = Backend::embedded();
     backend.put(tenant_namespace("team-a", Some("a")));
-    let h = Harness::start(
-        backend,
-        plugin,
-        &[
-            ("namespaces", "v1", "Namespace"),
-            ("resourcequotas", "v1", "ResourceQuota"),
-            ("limitranges", "v1", "LimitRange"),
-            ("rolebindings", "rbac.authorization.k8s.io/v1", "RoleBinding"),
-        ],
-        Mapping::Owner,
-        vec![rule("", "ResourceQuota", &["patch"]), rule("", "LimitRange", &["patch"])],
-    )
-    .await;
+    let mut rules = namespace_defaults_rules();
+    rules.pop();
+    let h = Harness::namespace_defaults(backend, plugin, rules).await;
     let stats = h.controller().stats();
     eventually("three failed reconciles", || {
         stats.failed.load(Ordering::SeqCst) + stats.trapped.load(Ordering::SeqCst) >= 3
@@ -811,23 +807,7 @@ async fn role_ref_change_replaces_the_binding(plugin: &str) {
     edit["metadata"].as_object_mut().unwrap().remove("ownerReferences");
     backend.put(edit);
     let old_uid = backend.get(&binding("team-a")).unwrap()["metadata"]["uid"].clone();
-    let h = Harness::start(
-        backend,
-        plugin,
-        &[
-            ("namespaces", "v1", "Namespace"),
-            ("resourcequotas", "v1", "ResourceQuota"),
-            ("limitranges", "v1", "LimitRange"),
-            ("rolebindings", "rbac.authorization.k8s.io/v1", "RoleBinding"),
-        ],
-        Mapping::Owner,
-        vec![
-            rule("", "ResourceQuota", &["patch"]),
-            rule("", "LimitRange", &["patch"]),
-            rule("rbac.authorization.k8s.io", "RoleBinding", &["patch", "delete"]),
-        ],
-    )
-    .await;
+    let h = Harness::namespace_defaults(backend, plugin, namespace_defaults_rules()).await;
     let b = &h.backend;
     h.resynced("the binding to admin in the cache", |h| {
         h.cached("rolebindings", "team-a/tenant-admins").is_some_and(|r| r["roleRef"]["name"] == "admin")

@@ -104,7 +104,7 @@ impl Sources {
                     field_selector: k.field_selector.clone(),
                     ..KubeSourceOptions::default()
                 };
-                Ok(Arc::new(KubeSource::new(client, &resource, options)))
+                Ok(Arc::new(KubeSource::discovered(client, &resource, options)))
             }
         }
     }

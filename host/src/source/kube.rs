@@ -6,6 +6,13 @@
 //! `DynamicObject`/[`ApiResource`], in one namespace or all, with label and
 //! field selectors:
 //!
+//! - **discovery**: [`KubeSource::discovered`] asks the server's discovery
+//!   document for the kind's group and version (kube's `pinned_kind`)
+//!   before the first list, for the plural and the scope; a kind the server
+//!   does not serve fails the list with what it serves instead, and the
+//!   reflector's list backoff asks again (a CRD installed later is found).
+//!   A configured plural, or [`KubeSource::new`] (plural guessed from the
+//!   kind), skips it.
 //! - **list**: `ListParams` with kube-runtime's defaults (pages of 500,
 //!   [`ListSemantic::MostRecent`]), following `continue` tokens; when a token
 //!   expires (`410`) it restarts with one unpaged list, as client-go's pager
@@ -262,22 +269,52 @@ struct Meta {
 /// ```
 pub struct KubeSource {
     client: Client,
-    resource: ApiResource,
-    request: Request,
+    /// The resource as configured.
+    wanted: KubeResource,
+    /// The resource as the server names it: set at once when the plural
+    /// is given (or guessed, for [`KubeSource::new`]), else by discovery
+    /// before the first list (and retried with every list until it works).
+    resolved: tokio::sync::OnceCell<Resolved>,
     options: KubeSourceOptions,
     meta: Arc<Meta>,
 }
 
-impl KubeSource {
-    /// A source for `resource` over an existing client.
-    pub fn new(client: Client, resource: &KubeResource, options: KubeSourceOptions) -> Self {
-        let ar = resource.api_resource();
+/// A resource's URL and naming, once known.
+struct Resolved {
+    resource: ApiResource,
+    request: Request,
+}
+
+impl Resolved {
+    fn new(client: &Client, ar: ApiResource, options: &KubeSourceOptions) -> Resolved {
         let api: Api<DynamicObject> = match &options.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),
         };
-        let request = Request::new(api.resource_url());
-        let mut describe = format!("{}/{}", ar.api_version, ar.kind);
+        Resolved { request: Request::new(api.resource_url()), resource: ar }
+    }
+}
+
+impl KubeSource {
+    /// A source for `resource` over an existing client, its plural given
+    /// or guessed from the kind as [`ApiResource::from_gvk`] does (no
+    /// discovery request).
+    pub fn new(client: Client, resource: &KubeResource, options: KubeSourceOptions) -> Self {
+        let source = Self::discovered(client, resource, options);
+        let resolved = Resolved::new(&source.client, resource.api_resource(), &source.options);
+        let _ = source.resolved.set(resolved);
+        source
+    }
+
+    /// A source for `resource` whose plural and scope come from the
+    /// server's discovery document for its group and version (kube's
+    /// `pinned_kind`), asked before the first list; a configured plural
+    /// skips discovery. A kind the server does not serve fails the list
+    /// with an error naming what the server offers, and the reflector
+    /// retries with backoff: an informer whose CustomResourceDefinition is
+    /// installed later starts when it appears.
+    pub fn discovered(client: Client, resource: &KubeResource, options: KubeSourceOptions) -> Self {
+        let mut describe = format!("{}/{}", resource.api_version(), resource.kind);
         match &options.namespace {
             Some(ns) => describe.push_str(&format!(" in namespace {ns}")),
             None => describe.push_str(" in all namespaces"),
@@ -288,8 +325,73 @@ impl KubeSource {
         if let Some(f) = &options.field_selector {
             describe.push_str(&format!(", fields {f:?}"));
         }
-        let meta = Arc::new(Meta { describe, api_version: ar.api_version.clone(), kind: ar.kind.clone() });
-        KubeSource { client, resource: ar, request, options, meta }
+        let meta = Arc::new(Meta { describe, api_version: resource.api_version(), kind: resource.kind.clone() });
+        let source =
+            KubeSource { client, wanted: resource.clone(), resolved: tokio::sync::OnceCell::new(), options, meta };
+        if resource.plural.is_some() {
+            let resolved = Resolved::new(&source.client, resource.api_resource(), &source.options);
+            let _ = source.resolved.set(resolved);
+        }
+        source
+    }
+
+    /// The resource as the server names it, asking discovery once.
+    async fn resolve(&self) -> Result<&Resolved, SourceError> {
+        self.resolved.get_or_try_init(|| self.discover()).await
+    }
+
+    async fn discover(&self) -> Result<Resolved, SourceError> {
+        let w = &self.wanted;
+        let gvk = GroupVersionKind::gvk(&w.group, &w.version, &w.kind);
+        match ::kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((ar, caps)) => {
+                if caps.scope == ::kube::discovery::Scope::Cluster && self.options.namespace.is_some() {
+                    return Err(SourceError::Other(format!(
+                        "{}: {} is cluster-scoped; an informer of it cannot have a namespace",
+                        self.meta.describe, w.kind
+                    )));
+                }
+                tracing::debug!(source = %self.meta.describe, plural = %ar.plural, "resolved by discovery");
+                Ok(Resolved::new(&self.client, ar, &self.options))
+            }
+            Err(::kube::Error::Discovery(_)) => Err(self.not_served().await),
+            Err(::kube::Error::Api(s)) if s.code == 404 => Err(self.not_served().await),
+            Err(e) => Err(self.meta.error("discovery", "", e)),
+        }
+    }
+
+    /// The error for a kind the server does not serve: what it serves
+    /// instead, in that group and version, or which groups it has.
+    async fn not_served(&self) -> SourceError {
+        let w = &self.wanted;
+        let api_version = w.api_version();
+        let offered = if w.group.is_empty() {
+            self.client.list_core_api_resources(&w.version).await.map(|l| l.resources)
+        } else {
+            self.client.list_api_group_resources(&api_version).await.map(|l| l.resources)
+        };
+        let offered = match offered {
+            Ok(resources) => {
+                let mut kinds: Vec<String> =
+                    resources.into_iter().filter(|r| !r.name.contains('/')).map(|r| r.kind).collect();
+                kinds.sort();
+                kinds.dedup();
+                format!("{api_version} serves {}", if kinds.is_empty() { "no kinds".into() } else { kinds.join(", ") })
+            }
+            Err(_) => match self.client.list_api_groups().await {
+                Ok(groups) => {
+                    let mut names: Vec<String> = groups.groups.into_iter().map(|g| g.name).collect();
+                    names.sort();
+                    format!("the server has no {api_version}; its API groups: core (v1), {}", names.join(", "))
+                }
+                Err(e) => format!("the server has no {api_version} ({})", chain(&e)),
+            },
+        };
+        SourceError::Other(format!(
+            "{}: the server does not serve kind {} in {api_version} ({offered}); retrying, in case its \
+             CustomResourceDefinition is installed later",
+            self.meta.describe, w.kind
+        ))
     }
 
     /// A source whose client comes from a kubeconfig or the in-cluster
@@ -326,13 +428,14 @@ impl KubeSource {
     pub fn client(&self) -> &Client {
         &self.client
     }
-    /// The resource this source lists and watches.
-    pub fn api_resource(&self) -> &ApiResource {
-        &self.resource
+    /// The resource this source lists and watches, once resolved.
+    pub fn api_resource(&self) -> Option<&ApiResource> {
+        self.resolved.get().map(|r| &r.resource)
     }
-    /// The collection URL path, e.g. `/api/v1/namespaces/ns/configmaps`.
-    pub fn url_path(&self) -> &str {
-        &self.request.url_path
+    /// The collection URL path, e.g. `/api/v1/namespaces/ns/configmaps`,
+    /// once resolved.
+    pub fn url_path(&self) -> Option<&str> {
+        self.resolved.get().map(|r| r.request.url_path.as_str())
     }
     /// The options this source was built with.
     pub fn options(&self) -> &KubeSourceOptions {
@@ -365,10 +468,11 @@ impl KubeSource {
     }
 
     async fn list_all(&self) -> Result<ListResult, SourceError> {
+        let request = &self.resolve().await?.request;
         let mut lp = self.list_params();
         let mut items = Vec::new();
         loop {
-            let req = self.request.list(&lp).map_err(|e| self.meta.other("list", e))?;
+            let req = request.list(&lp).map_err(|e| self.meta.other("list", e))?;
             let text = match self.client.request_text(req).await {
                 Ok(text) => text,
                 Err(::kube::Error::Api(s)) if s.code == 410 && lp.continue_token.is_some() => {
@@ -401,8 +505,9 @@ impl KubeSource {
     }
 
     async fn watch_from(&self, resource_version: String) -> Result<WatchStream, SourceError> {
+        let request = &self.resolve().await?.request;
         let mut req =
-            self.request.watch(&self.watch_params(), &resource_version).map_err(|e| self.meta.other("watch", e))?;
+            request.watch(&self.watch_params(), &resource_version).map_err(|e| self.meta.other("watch", e))?;
         // As kube's `request_events`: a watch stream is never compressed.
         req.headers_mut().entry(ACCEPT_ENCODING).or_insert(HeaderValue::from_static("identity"));
         let res =

@@ -96,7 +96,11 @@ impl Harness {
 
     /// Starts the informer over `client`; does not wait for it to sync.
     fn start_with(client: kube::Client, resource: KubeResource, options: KubeSourceOptions) -> Harness {
-        let source = KubeSource::new(client, &resource, options);
+        Harness::over(KubeSource::new(client, &resource, options))
+    }
+
+    /// Starts an informer over `source`; does not wait for it to sync.
+    fn over(source: KubeSource) -> Harness {
         let informer = SharedIndexInformer::new(source, InformerOptions { name: "kube".into(), ..Default::default() });
         let rec = Recorder::default();
         let reg = informer.add_event_handler(rec.clone()).unwrap();
@@ -681,7 +685,7 @@ users:
     let options = KubeSourceOptions::default().namespace("ns");
     let source = KubeSource::infer(&config_maps(), options, Some(&path), Some("fixture")).await.unwrap();
     assert_eq!(source.client().default_namespace(), "ns");
-    assert_eq!(source.url_path(), "/api/v1/namespaces/ns/configmaps");
+    assert_eq!(source.url_path(), Some("/api/v1/namespaces/ns/configmaps"));
     let informer = SharedIndexInformer::new(source, InformerOptions::default());
     let stop = CancellationToken::new();
     tokio::spawn({
@@ -697,4 +701,69 @@ users:
     assert!(err.to_string().starts_with(&format!("kubeconfig {}: ", missing.display())), "{err}");
     let err = KubeSource::infer(&config_maps(), Default::default(), Some(&path), Some("nope")).await.err().unwrap();
     assert!(err.to_string().contains("nope"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_names_the_plural_the_kind_does_not_give() {
+    let server = ApiServer::start().await;
+    // "Octopus" would be guessed as "octopuses".
+    server.register(ResourceType::new("example.com", "v1", "Octopus", "octopi", true));
+    server
+        .create(
+            json!({"apiVersion": "example.com/v1", "kind": "Octopus", "metadata": {"name": "o", "namespace": "sea"}}),
+        )
+        .unwrap();
+    let source =
+        KubeSource::discovered(server.client(), &KubeResource::new("example.com/v1", "Octopus"), Default::default());
+    assert_eq!(source.url_path(), None, "resolved only when it lists");
+    let h = Harness::over(source);
+    eventually("synced", || h.informer.has_synced()).await;
+    assert_eq!(h.keys(), ["sea/o"]);
+    let paths: Vec<String> = server.lists().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/apis/example.com/v1/octopi"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_server_lacks_is_named_with_what_it_offers_and_starts_once_its_crd_appears() {
+    let server = ApiServer::start().await;
+    server.register(ResourceType::new("example.com", "v1", "Widget", "widgets", false));
+    let source =
+        KubeSource::discovered(server.client(), &KubeResource::new("example.com/v1", "Gadget"), Default::default());
+    let h = Harness::over(source);
+    eventually("a discovery error", || !h.errors().is_empty()).await;
+    let e = h.errors()[0].to_string();
+    assert!(e.contains("does not serve kind Gadget in example.com/v1 (example.com/v1 serves Widget)"), "{e}");
+    assert!(!h.informer.has_synced());
+    assert!(server.lists().is_empty(), "nothing listed before the kind exists");
+
+    // The CustomResourceDefinition is installed: the informer starts.
+    server.register(ResourceType::new("example.com", "v1", "Gadget", "gadgets", false));
+    server.create(json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}})).unwrap();
+    eventually("synced once the kind exists", || h.informer.has_synced()).await;
+    assert_eq!(h.keys(), ["g"]);
+
+    // A group the server does not have at all: its groups are listed.
+    let missing =
+        KubeSource::discovered(server.client(), &KubeResource::new("nope.io/v1", "Thing"), Default::default());
+    let h = Harness::over(missing);
+    eventually("a discovery error", || !h.errors().is_empty()).await;
+    let e = h.errors()[0].to_string();
+    assert!(
+        e.contains("the server has no nope.io/v1; its API groups: core (v1), ") && e.contains("example.com"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_on_a_cluster_scoped_kind_is_a_clear_error() {
+    let server = ApiServer::start().await;
+    let source = KubeSource::discovered(
+        server.client(),
+        &KubeResource::new("v1", "Namespace"),
+        KubeSourceOptions::default().namespace("default"),
+    );
+    let h = Harness::over(source);
+    eventually("an error", || !h.errors().is_empty()).await;
+    let e = h.errors()[0].to_string();
+    assert!(e.contains("Namespace is cluster-scoped; an informer of it cannot have a namespace"), "{e}");
 }

@@ -254,6 +254,18 @@ async fn test_reflector_list_and_watch_init_conn_backoff() {
     assert_eq!(errors.len(), 3, "every refused watch reaches the watch error handler: {errors:?}");
     assert!(errors.iter().all(|e| e.contains("Connection refused")), "{errors:?}");
     assert_eq!(h.informer.last_sync_resource_version(), "4");
+    let stats = h.informer.reflector_stats();
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        (n(&stats.lists), n(&stats.watch_retries), n(&stats.relists_gone), n(&stats.relists_watch_failed)),
+        (1, 3, 0, 0)
+    );
+    assert_eq!(
+        (n(&stats.last_list_items), n(&stats.events)),
+        (2, 2),
+        "2 listed, then the update of a and the add of c"
+    );
+    assert!(stats.last_error().is_some_and(|e| e.contains("Connection refused")), "{:?}", stats.last_error());
 
     // Events reset the backoff: the next outage starts again at 0.8 s.
     lw.then(Step::Refuse(refused()));
@@ -389,6 +401,10 @@ async fn test_reflector_gone_mid_watch_relists() {
     assert_eq!(lw.watch_rvs(), ["2", "2", "2"]);
     // client-go's same-resourceVersion update of an unchanged relisted object.
     assert_eq!(h.rec.lines(), ["add a@1 initial", "add b@2 initial", "update a 1->1", "update b 2->2"]);
+    let stats = h.informer.reflector_stats();
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((n(&stats.lists), n(&stats.relists_gone), n(&stats.relists_watch_failed)), (2, 1, 0));
+    assert_eq!(stats.last_error(), None, "cleared by the relist");
     h.stop().await;
 }
 
@@ -415,6 +431,9 @@ async fn test_reflector_list_and_watch_with_errors() {
     assert_eq!(lw.list_times()[2] - lw.watch_times()[3], ms(1600), "no event came to reset the backoff");
     assert_eq!(h.errors().len(), 2);
     assert!(h.errors().iter().all(|e| e.contains("no leader")), "{:?}", h.errors());
+    let stats = h.informer.reflector_stats();
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((n(&stats.lists), n(&stats.relists_gone), n(&stats.relists_watch_failed)), (3, 0, 2));
     h.stop().await;
 }
 

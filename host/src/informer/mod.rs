@@ -27,6 +27,6 @@ pub use lister_watcher::{
 };
 pub use object::{DeletedObject, Object, ObjectError, ObjectRef};
 pub use processor::{MINIMUM_RESYNC_PERIOD, determine_resync_period};
-pub use reflector::WatchErrorHandler;
+pub use reflector::{ReflectorStats, WatchErrorHandler};
 pub use shared_informer::{HandlerOptions, InformerError, InformerOptions, SharedIndexInformer};
 pub use store::{IndexError, IndexFunc, Indexer, NAMESPACE_INDEX};

@@ -25,6 +25,7 @@
 //! writes only to the queue and `last_sync_resource_version`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -41,12 +42,83 @@ pub type WatchErrorHandler = Arc<dyn Fn(&SourceError) + Send + Sync>;
 /// A watch that ends this fast with no event counts as a failure.
 const SHORT_WATCH: Duration = Duration::from_secs(1);
 
+/// What a reflector did: client-go's reflector metrics (lists, watches,
+/// items per list, list duration, last event) and why it relisted. Read by
+/// `/metrics` and `/readyz`; written only by the reflector.
+#[derive(Debug)]
+pub struct ReflectorStats {
+    /// Lists started (the first one and every relist).
+    pub lists: AtomicU64,
+    pub list_failures: AtomicU64,
+    /// Items in the last successful list.
+    pub last_list_items: AtomicU64,
+    /// Sum of the durations of successful lists, in microseconds.
+    pub list_micros: AtomicU64,
+    /// Watches opened.
+    pub watches: AtomicU64,
+    /// Watches opened again from the last resourceVersion after a refused
+    /// connection or a `429`, without a list.
+    pub watch_retries: AtomicU64,
+    /// Relists after `410 Gone`/`Expired`.
+    pub relists_gone: AtomicU64,
+    /// Relists after another watch failure (including a very short watch).
+    pub relists_watch_failed: AtomicU64,
+    /// Watch events applied.
+    pub events: AtomicU64,
+    /// When the last watch event or list arrived, in milliseconds since
+    /// `base` (0: never).
+    last_event_ms: AtomicU64,
+    base: std::time::Instant,
+    /// The last failure, until a list succeeds: why an informer is not
+    /// synced.
+    last_error: Mutex<Option<String>>,
+}
+
+impl Default for ReflectorStats {
+    fn default() -> Self {
+        ReflectorStats {
+            lists: AtomicU64::new(0),
+            list_failures: AtomicU64::new(0),
+            last_list_items: AtomicU64::new(0),
+            list_micros: AtomicU64::new(0),
+            watches: AtomicU64::new(0),
+            watch_retries: AtomicU64::new(0),
+            relists_gone: AtomicU64::new(0),
+            relists_watch_failed: AtomicU64::new(0),
+            events: AtomicU64::new(0),
+            last_event_ms: AtomicU64::new(0),
+            base: std::time::Instant::now(),
+            last_error: Mutex::new(None),
+        }
+    }
+}
+
+impl ReflectorStats {
+    /// Seconds since the last watch event or list; `None` before any.
+    pub fn seconds_since_last_event(&self) -> Option<f64> {
+        let at = self.last_event_ms.load(Ordering::Relaxed);
+        (at > 0).then(|| (self.base.elapsed().as_millis() as u64).saturating_sub(at) as f64 / 1000.0)
+    }
+
+    /// The last list or watch failure, until a list succeeds.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().clone()
+    }
+
+    fn saw_event(&self) {
+        // At least 1: 0 means never.
+        let now = (self.base.elapsed().as_millis() as u64).max(1);
+        self.last_event_ms.store(now, Ordering::Relaxed);
+    }
+}
+
 pub(crate) struct Reflector<Q: Queue> {
     pub name: String,
     pub lw: Arc<dyn ListerWatcher>,
     pub queue: Arc<Q>,
     pub last_sync_resource_version: Arc<Mutex<String>>,
     pub on_error: WatchErrorHandler,
+    pub stats: Arc<ReflectorStats>,
 }
 
 /// What `list_and_watch` ended with, and why.
@@ -90,10 +162,12 @@ impl<Q: Queue + 'static> Reflector<Q> {
                 // so a server that expires every watch is not hammered with
                 // lists (client-go backs off before every relist).
                 Next::Relist(e) if last_relist.is_none_or(|t: Instant| t.elapsed() >= SHORT_WATCH) => {
+                    self.stats.relists_gone.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(informer = %self.name, "watch expired, relisting: {e}");
                     None
                 }
                 Next::Relist(e) => {
+                    self.stats.relists_gone.fetch_add(1, Ordering::Relaxed);
                     let delay = Self::delay(&mut *backoff, e);
                     tracing::info!(informer = %self.name, ?delay, "watch expired again, relisting after backoff: {e}");
                     Some(delay)
@@ -104,6 +178,7 @@ impl<Q: Queue + 'static> Reflector<Q> {
                     Some(delay)
                 }
                 Next::WatchFailed(e) => {
+                    self.stats.relists_watch_failed.fetch_add(1, Ordering::Relaxed);
                     let delay = Self::delay(&mut *backoff, e);
                     tracing::warn!(informer = %self.name, ?delay, "watch failed, relisting after backoff: {e}");
                     Some(delay)
@@ -121,6 +196,7 @@ impl<Q: Queue + 'static> Reflector<Q> {
 
     /// Reports a failure to the watch error handler and passes it on.
     fn failed(&self, e: SourceError, next: fn(SourceError) -> Next) -> Next {
+        *self.stats.last_error.lock() = Some(e.to_string());
         (self.on_error)(&e);
         next(e)
     }
@@ -129,6 +205,8 @@ impl<Q: Queue + 'static> Reflector<Q> {
     /// refused, `429`): reports it, then waits for the backoff before the
     /// caller watches again from `rv`.
     async fn retry_watch(&self, e: SourceError, rv: &str, backoff: &mut dyn Backoff) {
+        self.stats.watch_retries.fetch_add(1, Ordering::Relaxed);
+        *self.stats.last_error.lock() = Some(e.to_string());
         (self.on_error)(&e);
         let delay = Self::delay(backoff, &e);
         tracing::warn!(informer = %self.name, ?delay, resource_version = %rv, "watch failed, watching again after backoff: {e}");
@@ -136,10 +214,19 @@ impl<Q: Queue + 'static> Reflector<Q> {
     }
 
     async fn list_and_watch(&self, backoff: &mut dyn Backoff) -> Next {
+        self.stats.lists.fetch_add(1, Ordering::Relaxed);
+        let listing = std::time::Instant::now();
         let list = match self.lw.list().await {
             Ok(l) => l,
-            Err(e) => return self.failed(e, Next::ListFailed),
+            Err(e) => {
+                self.stats.list_failures.fetch_add(1, Ordering::Relaxed);
+                return self.failed(e, Next::ListFailed);
+            }
         };
+        self.stats.list_micros.fetch_add(listing.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.stats.last_list_items.store(list.items.len() as u64, Ordering::Relaxed);
+        self.stats.saw_event();
+        *self.stats.last_error.lock() = None;
         tracing::debug!(informer = %self.name, items = list.items.len(), rv = %list.resource_version, "listed");
         self.queue.replace(list.items);
         self.set_rv(Some(&list.resource_version));
@@ -154,6 +241,7 @@ impl<Q: Queue + 'static> Reflector<Q> {
                 }
                 Err(e) => return self.failed(e, Next::WatchFailed),
             };
+            self.stats.watches.fetch_add(1, Ordering::Relaxed);
             let started = Instant::now();
             let mut events = 0usize;
             let mut retry = None;
@@ -161,6 +249,8 @@ impl<Q: Queue + 'static> Reflector<Q> {
                 match ev {
                     Ok(ev) => {
                         events += 1;
+                        self.stats.events.fetch_add(1, Ordering::Relaxed);
+                        self.stats.saw_event();
                         backoff.reset();
                         self.apply(ev);
                         // A stream that is always ready must not hog its thread.

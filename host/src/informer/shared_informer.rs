@@ -24,7 +24,7 @@ use super::listener::{ObjectFilter, ProcessorListener, Registration};
 use super::lister_watcher::{ListerWatcher, SourceError};
 use super::object::DeletedObject;
 use super::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
-use super::reflector::{Reflector, WatchErrorHandler};
+use super::reflector::{Reflector, ReflectorStats, WatchErrorHandler};
 use super::store::{IndexError, IndexFunc, Indexer};
 
 /// Keys handled between two wake-ups of the listeners while the FIFO is busy.
@@ -112,6 +112,7 @@ struct Inner {
     group_workers: Mutex<HashMap<String, Arc<Semaphore>>>,
     blocking_workers: usize,
     last_sync_resource_version: Arc<Mutex<String>>,
+    reflector_stats: Arc<ReflectorStats>,
 }
 
 impl Inner {
@@ -175,6 +176,7 @@ impl SharedIndexInformer {
                 group_workers: Mutex::new(HashMap::new()),
                 blocking_workers: options.blocking_workers.max(1),
                 last_sync_resource_version: Arc::new(Mutex::new(String::new())),
+                reflector_stats: Arc::default(),
             }),
         }
     }
@@ -232,6 +234,11 @@ impl SharedIndexInformer {
     }
     pub fn is_stopped(&self) -> bool {
         self.inner.state.lock().stopped
+    }
+    /// What its reflector did: lists, watches, relists by cause, the last
+    /// failure.
+    pub fn reflector_stats(&self) -> &ReflectorStats {
+        &self.inner.reflector_stats
     }
     /// The resourceVersion of the last list, watch event or bookmark.
     pub fn last_sync_resource_version(&self) -> String {
@@ -371,6 +378,7 @@ impl SharedIndexInformer {
             queue: fifo.clone(),
             last_sync_resource_version: inner.last_sync_resource_version.clone(),
             on_error,
+            stats: inner.reflector_stats.clone(),
         };
         // What the list and watch requests log underneath (the kube client's
         // own lines about a refused connection, say) names the informer too.

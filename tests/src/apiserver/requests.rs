@@ -61,14 +61,17 @@ impl RecordedRequest {
     pub fn is_write(&self) -> bool {
         matches!(self.kind, RequestKind::Create | RequestKind::Update | RequestKind::Patch | RequestKind::Delete)
     }
-    /// Whether the request asked for a dry run: `dryRun=All` in the query, or
-    /// (for a `DELETE`, whose options travel in the body) `"dryRun":["All"]`.
+    /// Whether the request asked for a dry run: `dryRun=All` in the query,
+    /// or, for a `DELETE` with a body (then its options are the body's and
+    /// the query's are ignored, as the API server does), `"dryRun":["All"]`.
     pub fn is_dry_run(&self) -> bool {
-        self.query.iter().any(|(k, v)| k == "dryRun" && v == "All")
-            || serde_json::from_str::<serde_json::Value>(&self.body)
+        if self.kind == RequestKind::Delete && !self.body.trim().is_empty() {
+            return serde_json::from_str::<serde_json::Value>(&self.body)
                 .ok()
                 .and_then(|b| b.get("dryRun").and_then(|d| d.as_array()).cloned())
-                .is_some_and(|d| d.iter().any(|v| v == "All"))
+                .is_some_and(|d| d.iter().any(|v| v == "All"));
+        }
+        self.query.iter().any(|(k, v)| k == "dryRun" && v == "All")
     }
     /// The body parsed as JSON, if it is JSON.
     pub fn json(&self) -> Option<serde_json::Value> {

@@ -565,20 +565,23 @@ fn delete(st: &mut State, req: &WriteRequest<'_>) -> ApiResult<(u16, Value)> {
     if req.route.subresource.is_some() {
         return Err(not_allowed());
     }
-    let options: Value = if req.body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
+    // As the apiserver's DeleteResource handler: the options are the body
+    // when there is one, else the query; never both.
+    let from_body = !req.body.iter().all(u8::is_ascii_whitespace);
+    let options: Value = if from_body {
         serde_json::from_slice(req.body).map_err(|e| ApiError::bad_request(e.to_string()))?
+    } else {
+        json!({
+            "dryRun": req.params("dryRun"),
+            "propagationPolicy": req.param("propagationPolicy"),
+        })
     };
-    let mut dry = req.params("dryRun");
-    if let Some(d) = options["dryRun"].as_array() {
-        dry.extend(d.iter().map(|v| v.as_str().unwrap_or("").to_string()));
-    }
+    let dry: Vec<String> = options["dryRun"]
+        .as_array()
+        .map(|d| d.iter().map(|v| v.as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default();
     let dry_run = validation::dry_run(&dry, "DeleteOptions")?;
-    let policy = req
-        .param("propagationPolicy")
-        .map(str::to_string)
-        .or_else(|| options["propagationPolicy"].as_str().map(str::to_string));
+    let policy = options["propagationPolicy"].as_str().map(str::to_string);
     if let Some(p) = policy
         && !["Foreground", "Background", "Orphan"].contains(&p.as_str())
     {

@@ -654,6 +654,18 @@ async fn dry_run_stores_nothing_and_is_recorded() {
     assert_eq!(writes[0].param("dryRun"), Some("All"));
     assert_eq!(writes[2].content_type.as_deref(), Some("application/merge-patch+json"));
     assert_eq!(writes[3].kind, RequestKind::Delete);
+
+    // A DELETE's options are its body when it has one (the query's are then
+    // ignored), else its query: the apiserver's DeleteResource handler.
+    let path = "/api/v1/namespaces/shop/configmaps/a";
+    let (code, _) = raw_json(&server, "DELETE", &format!("{path}?dryRun=All"), "application/json", "").await;
+    assert_eq!(code, 200);
+    assert!(cms.get("a").await.is_ok(), "dryRun=All in the query of a DELETE without a body is a dry run");
+    let (code, _) = raw_json(&server, "DELETE", &format!("{path}?dryRun=All"), "application/json", "{}").await;
+    assert_eq!(code, 200);
+    assert_eq!(api_error(cms.get("a").await.unwrap_err()).code, 404, "a body's options win: deleted for real");
+    let writes = server.writes();
+    assert!(writes[4].is_dry_run() && !writes[5].is_dry_run());
 }
 
 #[tokio::test]

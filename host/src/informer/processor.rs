@@ -7,11 +7,12 @@
 //! keeps the resync bookkeeping across listeners. It may not touch the
 //! store, the FIFO or a handler.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -49,9 +50,13 @@ struct Entry {
 
 #[derive(Default)]
 struct Listeners {
-    entries: Vec<Entry>,
-    /// The listeners with `syncing` set, as sync notifications carry it.
-    round: Arc<SyncRound>,
+    /// By listener id (ids grow, so this is the order they were added
+    /// in): adding or removing one does not walk the others.
+    entries: BTreeMap<u64, Entry>,
+    /// The listeners with `syncing` set, as sync notifications carry it;
+    /// `None` once a listener was added or removed, made again by the next
+    /// sync notification (not at every add, which walked every listener).
+    round: Mutex<Option<Arc<SyncRound>>>,
     /// The runtime `run` was called on, while started: listeners added
     /// later (from any thread) are spawned there.
     runtime: Option<Handle>,
@@ -60,9 +65,19 @@ struct Listeners {
 }
 
 impl Listeners {
+    /// The listeners with `syncing` set, from now on.
     fn new_round(&mut self) {
-        let ids = self.entries.iter().filter(|e| e.syncing).map(|e| e.listener.id()).collect();
-        self.round = Arc::new(SyncRound::new(ids));
+        *self.round.get_mut() = None;
+    }
+
+    /// The current round (made once after each change).
+    fn round(&self) -> Arc<SyncRound> {
+        self.round
+            .lock()
+            .get_or_insert_with(|| {
+                Arc::new(SyncRound::new(self.entries.values().filter(|e| e.syncing).map(|e| e.listener.id()).collect()))
+            })
+            .clone()
     }
 }
 
@@ -96,7 +111,7 @@ impl SharedProcessor {
         if let Some(runtime) = &l.runtime {
             self.tasks.spawn_on(listener.clone().run(), runtime);
         }
-        l.entries.push(Entry { listener, syncing: true });
+        l.entries.insert(listener.id(), Entry { listener, syncing: true });
         l.new_round();
     }
 
@@ -104,8 +119,11 @@ impl SharedProcessor {
     /// another processor (or already removed) are ignored, like client-go.
     pub(crate) fn remove_listener(&self, listener: &Arc<ProcessorListener>) -> bool {
         let mut l = self.listeners.write();
-        let Some(pos) = l.entries.iter().position(|e| Arc::ptr_eq(&e.listener, listener)) else { return false };
-        let e = l.entries.remove(pos);
+        let id = listener.id();
+        if !l.entries.get(&id).is_some_and(|e| Arc::ptr_eq(&e.listener, listener)) {
+            return false;
+        }
+        let Some(e) = l.entries.remove(&id) else { return false };
         if e.listener.has_own_queue() {
             l.own_queues -= 1;
         }
@@ -124,11 +142,11 @@ impl SharedProcessor {
             return;
         }
         if l.own_queues > 0 {
-            for e in l.entries.iter().filter(|e| e.listener.has_own_queue() && (!sync || e.syncing)) {
+            for e in l.entries.values().filter(|e| e.listener.has_own_queue() && (!sync || e.syncing)) {
                 e.listener.offer(&n);
             }
         }
-        let round = sync.then(|| l.round.clone());
+        let round = sync.then(|| l.round());
         self.log.append(notification_log::Entry { notification: n, round });
     }
 
@@ -138,7 +156,7 @@ impl SharedProcessor {
         if self.flushed.swap(appended, Ordering::AcqRel) == appended {
             return;
         }
-        for e in &self.listeners.read().entries {
+        for e in self.listeners.read().entries.values() {
             e.listener.wake();
         }
     }
@@ -147,7 +165,7 @@ impl SharedProcessor {
     pub(crate) fn run(&self) {
         let mut l = self.listeners.write();
         let runtime = Handle::current();
-        for e in &l.entries {
+        for e in l.entries.values() {
             self.tasks.spawn_on(e.listener.clone().run(), &runtime);
         }
         l.runtime = Some(runtime);
@@ -157,7 +175,7 @@ impl SharedProcessor {
     pub(crate) async fn stop(&self) {
         {
             let mut l = self.listeners.write();
-            for e in l.entries.drain(..) {
+            for e in std::mem::take(&mut l.entries).into_values() {
                 e.listener.close();
             }
             l.own_queues = 0;
@@ -173,7 +191,7 @@ impl SharedProcessor {
         let mut l = self.listeners.write();
         let now = Instant::now();
         let mut any = false;
-        for e in l.entries.iter_mut() {
+        for e in l.entries.values_mut() {
             e.syncing = e.listener.should_resync(now);
             if e.syncing {
                 any = true;
@@ -186,12 +204,12 @@ impl SharedProcessor {
 
     pub(crate) fn resync_check_period_changed(&self, check: Duration) {
         let l = self.listeners.read();
-        for e in &l.entries {
+        for e in l.entries.values() {
             e.listener.set_resync_period(determine_resync_period(e.listener.requested_resync_period(), check));
         }
     }
 
     pub(crate) fn listeners(&self) -> Vec<Arc<ProcessorListener>> {
-        self.listeners.read().entries.iter().map(|e| e.listener.clone()).collect()
+        self.listeners.read().entries.values().map(|e| e.listener.clone()).collect()
     }
 }

@@ -166,6 +166,9 @@ pub struct PluginRegistry {
     informers: Arc<RwLock<HashMap<String, SharedIndexInformer>>>,
     tenants: Arc<RwLock<HashMap<String, TenantPolicy>>>,
     plugins: Arc<Mutex<BTreeMap<String, Entry>>>,
+    /// How many plugins each tenant runs (updated with `plugins`, under
+    /// its lock), so a tenant's cap is checked without walking every plugin.
+    per_tenant: Arc<Mutex<HashMap<String, usize>>>,
     generations: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -176,6 +179,7 @@ impl PluginRegistry {
             informers: Default::default(),
             tenants: Default::default(),
             plugins: Default::default(),
+            per_tenant: Default::default(),
             generations: Default::default(),
         }
     }
@@ -192,12 +196,12 @@ impl PluginRegistry {
             self.tenants.read().get(&tenant).cloned().ok_or_else(|| RegistryError::UnknownTenant(tenant.clone()))?;
         policy.apply(&mut def);
         if let Some(max) = policy.max_plugins {
-            let running = self
-                .plugins
-                .lock()
-                .values()
-                .filter(|e| e.def.spec.tenant.as_deref() == Some(&tenant) && e.def.spec.name != def.spec.name)
-                .count();
+            let running = {
+                let plugins = self.plugins.lock();
+                let all = self.per_tenant.lock().get(&tenant).copied().unwrap_or(0);
+                let itself = plugins.get(&def.spec.name).is_some_and(|e| e.def.spec.tenant.as_deref() == Some(&tenant));
+                all - usize::from(itself)
+            };
             if running >= max {
                 return Err(RegistryError::TenantFull { tenant, max });
             }
@@ -264,6 +268,9 @@ impl PluginRegistry {
             return Err(RegistryError::AlreadyLoaded(name));
         }
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(tenant) = &def.spec.tenant {
+            *self.per_tenant.lock().entry(tenant.clone()).or_insert(0) += 1;
+        }
         let entry = Entry { generation, def, loaded, registration, slot, swaps: 0, last_error: None };
         plugins.insert(name.clone(), entry);
         Ok(status(&name, &plugins[&name]))
@@ -338,7 +345,20 @@ impl PluginRegistry {
 
     /// Stops a plugin's delivery and forgets it.
     pub fn unload(&self, name: &str) -> Result<(), RegistryError> {
-        let e = self.plugins.lock().remove(name).ok_or_else(|| RegistryError::UnknownPlugin(name.to_string()))?;
+        let e = {
+            let mut plugins = self.plugins.lock();
+            let e = plugins.remove(name).ok_or_else(|| RegistryError::UnknownPlugin(name.to_string()))?;
+            if let Some(tenant) = &e.def.spec.tenant {
+                let mut per_tenant = self.per_tenant.lock();
+                if let Some(n) = per_tenant.get_mut(tenant) {
+                    *n -= 1;
+                    if *n == 0 {
+                        per_tenant.remove(tenant);
+                    }
+                }
+            }
+            e
+        };
         if let Some(informer) = self.informer(&e.def.informer) {
             informer.remove_event_handler(&e.registration)?;
         }
@@ -351,6 +371,22 @@ impl PluginRegistry {
 
     pub fn list(&self) -> Vec<PluginStatus> {
         self.plugins.lock().iter().map(|(n, e)| status(n, e)).collect()
+    }
+
+    /// What metrics and readiness follow of one plugin: its informer,
+    /// registration and loaded version; one lookup.
+    pub fn observe(&self, name: &str) -> Option<(String, Registration, Arc<LoadedPlugin>)> {
+        self.plugins.lock().get(name).map(|e| (e.def.informer.clone(), e.registration.clone(), e.loaded.clone()))
+    }
+
+    /// [`PluginRegistry::observe`] of every plugin, by name, in one pass
+    /// (no [`PluginStatus`] is computed).
+    pub fn observe_all(&self) -> Vec<(String, String, Registration, Arc<LoadedPlugin>)> {
+        self.plugins
+            .lock()
+            .iter()
+            .map(|(n, e)| (n.clone(), e.def.informer.clone(), e.registration.clone(), e.loaded.clone()))
+            .collect()
     }
 
     /// The registration of a plugin (for metrics and readiness).

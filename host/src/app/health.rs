@@ -95,6 +95,18 @@ pub(super) async fn report_ready(plugins: Arc<Plugins>, started: Instant, stop: 
     let plugins_handle = plugins.clone();
     let mut warned = false;
     loop {
+        // While plugins still load the host is not ready: wait for the
+        // loads instead of computing readiness (a walk over every plugin)
+        // every few milliseconds, unless the warning is due.
+        if !plugins.config_loaded_now() && (warned || started.elapsed() < Duration::from_secs(30)) {
+            let warn_in = Duration::from_secs(30).saturating_sub(started.elapsed());
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = plugins.config_loaded() => {}
+                _ = tokio::time::sleep(warn_in), if !warned => {}
+            }
+            continue;
+        }
         let r = plugins.readiness();
         if r.ready {
             let plugins = observed.plugins();

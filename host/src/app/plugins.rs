@@ -213,7 +213,9 @@ impl Plugins {
         let hash = match self.load(p, tenant).instrument(span.clone()).await {
             Ok(loaded) => {
                 span.in_scope(|| tracing::info!("{}", describe_load(&loaded.info)));
-                self.sync_observed();
+                // This plugin only: a full sync walks every plugin, which
+                // made start-up quadratic.
+                self.sync_observed_one(&p.name);
                 Some(loaded.info.hash.clone())
             }
             Err(error) => {
@@ -276,9 +278,10 @@ impl Plugins {
     /// returns at once. Until each has loaded or failed it counts as
     /// loading; `managed` stays locked until all have, so a reload or a
     /// file change waits for them. Loads of different wasm files run
-    /// concurrently (at most [`load_parallelism`] at a time); plugins of
-    /// the same file load one after the other, the first compiling it and
-    /// the others taking the compiled component from memory.
+    /// concurrently (at most [`load_parallelism`] at a time); of the
+    /// plugins of one file, the first loads alone (compiling it), then
+    /// the others load concurrently, taking the compiled component from
+    /// memory.
     pub(super) fn load_config_plugins(self: &Arc<Self>, config: &Config) {
         self.expect_config_plugins(config);
         let plugins: Vec<(PluginConfig, Option<TenantConfig>)> =
@@ -293,20 +296,34 @@ impl Plugins {
             if !plugins.is_empty() {
                 tracing::info!("loading {} plugin(s), at most {} at a time", plugins.len(), load_parallelism());
             }
+            // By wasm file (indexed: a search per plugin made this quadratic).
             let mut chains: Vec<Vec<(usize, &PluginConfig, Option<&TenantConfig>)>> = Vec::new();
+            let mut by_file: HashMap<&std::path::Path, usize> = HashMap::new();
             for (i, (p, tenant)) in plugins.iter().enumerate() {
-                match chains.iter_mut().find(|c| c[0].1.wasm == p.wasm) {
-                    Some(chain) => chain.push((i, p, tenant.as_ref())),
-                    None => chains.push(vec![(i, p, tenant.as_ref())]),
+                match by_file.get(p.wasm.as_path()) {
+                    Some(&c) => chains[c].push((i, p, tenant.as_ref())),
+                    None => {
+                        by_file.insert(p.wasm.as_path(), chains.len());
+                        chains.push(vec![(i, p, tenant.as_ref())]);
+                    }
                 }
             }
+            // The first plugin of a file compiles it; the others of that
+            // file then take the compiled component from memory, all of
+            // them concurrently (as many at once as there are permits).
             let outcomes = futures::future::join_all(chains.into_iter().map(|chain| {
                 let this = &this;
                 async move {
+                    let mut rest = chain.into_iter();
                     let mut out = Vec::new();
-                    for (i, p, tenant) in chain {
+                    if let Some((i, p, tenant)) = rest.next() {
                         out.push((i, this.load_reported(p, tenant).await));
                     }
+                    let others = futures::future::join_all(
+                        rest.map(|(i, p, tenant)| async move { (i, this.load_reported(p, tenant).await) }),
+                    )
+                    .await;
+                    out.extend(others);
                     out
                 }
             }))
@@ -330,6 +347,11 @@ impl Plugins {
         self.config_loaded.cancelled().await
     }
 
+    /// True once every plugin of the config has loaded or failed.
+    pub(super) fn config_loaded_now(&self) -> bool {
+        self.config_loaded.is_cancelled()
+    }
+
     /// Unloads a plugin (if it runs) and forgets what metrics saw of it.
     pub(super) fn stop_plugin(&self, name: &str) {
         if let Some(registry) = self.registry_if_made()
@@ -350,29 +372,53 @@ impl Plugins {
         let Some(registry) = self.registry_if_made() else { return };
         let mut totals = self.totals.lock();
         let mut live = HashSet::new();
-        for status in registry.list() {
-            let (Some(registration), Some(loaded)) =
-                (registry.registration(&status.name), registry.loaded(&status.name))
-            else {
-                continue;
-            };
-            let stats = totals
-                .entry(status.name.clone())
-                .or_insert_with(|| Totals::new(loaded.stats.clone()))
-                .observe(&loaded.stats);
-            self.observed.set_plugin(PluginEntry {
-                name: status.name.clone(),
-                informer: status.informer.clone(),
-                state: PluginState::Running { registration, stats, info: Box::new(loaded.info.clone()) },
-            });
-            live.insert(status.name);
+        for (name, informer, registration, loaded) in registry.observe_all() {
+            self.set_running(&mut totals, &name, informer, registration, &loaded);
+            live.insert(name);
         }
-        for e in self.observed.plugins() {
-            if matches!(e.state, PluginState::Running { .. }) && !live.contains(&e.name) {
-                self.observed.remove_plugin(&e.name);
+        self.observed.retain_plugins(|e| !matches!(e.state, PluginState::Running { .. }) || live.contains(&e.name));
+        totals.retain(|name, _| live.contains(name));
+    }
+
+    /// [`Plugins::sync_observed`] for one plugin: what metrics see of
+    /// `name` follows the registry, at a cost that does not grow with the
+    /// number of plugins.
+    pub(super) fn sync_observed_one(&self, name: &str) {
+        let Some(registry) = self.registry_if_made() else { return };
+        let mut totals = self.totals.lock();
+        match registry.observe(name) {
+            Some((informer, registration, loaded)) => {
+                self.set_running(&mut totals, name, informer, registration, &loaded)
+            }
+            None => {
+                totals.remove(name);
+                if self.observed.plugin(name).is_some_and(|e| matches!(e.state, PluginState::Running { .. })) {
+                    self.observed.remove_plugin(name);
+                }
             }
         }
-        totals.retain(|name, _| live.contains(name));
+    }
+
+    fn set_running(
+        &self,
+        totals: &mut HashMap<String, Totals>,
+        name: &str,
+        informer: String,
+        registration: crate::informer::Registration,
+        loaded: &LoadedPlugin,
+    ) {
+        let stats = match totals.get_mut(name) {
+            Some(t) => t.observe(&loaded.stats),
+            None => totals
+                .entry(name.to_string())
+                .or_insert_with(|| Totals::new(loaded.stats.clone()))
+                .observe(&loaded.stats),
+        };
+        self.observed.set_plugin(PluginEntry {
+            name: name.to_string(),
+            informer,
+            state: PluginState::Running { registration, stats, info: Box::new(loaded.info.clone()) },
+        });
     }
 
     /// What `/readyz` answers: [`Observed::readiness`] (every informer and
@@ -386,10 +432,13 @@ impl Plugins {
             self.loading.lock().iter().map(|(name, l)| (name.clone(), l.since.elapsed())).collect();
         self.sync_observed();
         let mut r = self.observed.readiness();
+        if !loading.is_empty() {
+            // What metrics saw of an earlier version (e.g. failed) is stale.
+            let stale: HashSet<String> = loading.iter().map(|(name, _)| format!("plugin {name}")).collect();
+            r.checks.retain(|c| !stale.contains(&c.what));
+        }
         for (name, took) in &loading {
             let what = format!("plugin {name}");
-            // What metrics saw of an earlier version (e.g. failed) is stale.
-            r.checks.retain(|c| c.what != what);
             let detail = format!("loading for {} (compiling, instantiating and running init)", fmt_duration(*took));
             r.checks.push(Check { ok: false, what, detail });
         }

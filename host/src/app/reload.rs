@@ -109,8 +109,8 @@ impl Plugins {
         }
         let mut summary = ReloadSummary::default();
         let mut managed = self.managed.lock().await;
-        let removed: Vec<String> =
-            managed.keys().filter(|n| !new.plugins.iter().any(|p| &p.name == *n)).cloned().collect();
+        let kept: std::collections::HashSet<&str> = new.plugins.iter().map(|p| p.name.as_str()).collect();
+        let removed: Vec<String> = managed.keys().filter(|n| !kept.contains(n.as_str())).cloned().collect();
         for name in removed {
             managed.remove(&name);
             self.stop_plugin(&name);

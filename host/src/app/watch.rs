@@ -123,7 +123,7 @@ impl Plugins {
             Err(e) => tracing::error!("{file} changed, but swapping failed; version {from} keeps serving: {e}"),
         }
         drop(managed);
-        self.sync_observed();
+        self.sync_observed_one(name);
     }
 }
 

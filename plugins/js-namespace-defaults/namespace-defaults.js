@@ -31,6 +31,10 @@ import {
   stores,
 } from '../js-sdk/informer-controller.js';
 
+// How many reconciles in a row may pass over a default this controller wrote
+// and the cache does not show yet, before writing it again.
+const MAX_WAITS = 5;
+
 const TENANT_DEFAULT = 'tenant-default';
 const TENANT_ADMINS = 'tenant-admins';
 
@@ -118,6 +122,10 @@ class NamespaceDefaults extends Reconciler {
   constructor() {
     super();
     this.settings = settingsOf({});
+    // Defaults written whose write the cache has not shown yet: `${target}` ->
+    // { rv: the resourceVersion the write answered, waits: reconciles that
+    // waited }. The informers of the other kinds can run ahead of this one's.
+    this.written = new Map();
   }
 
   init(config) {
@@ -143,22 +151,39 @@ class NamespaceDefaults extends Reconciler {
     if (tenant === undefined) return Action.done(); // not a tenant's
     const uid = namespace.uid();
     if (uid === undefined) throw new PluginError('a Namespace without a uid');
+    let waiting = false;
     for (const [informer, desired] of this.desired(name, uid, tenant)) {
       const target = Target.ofJson(desired);
       if (target === undefined) throw new PluginError('a default without a name');
       const cached = stores.get(informer, `${name}/${target.name}`);
       const current = cached === undefined ? undefined : parse(cached);
       drop(cached);
-      if (current !== undefined && contains(current, desired)) continue; // already as configured: no write
+      const key = `${target}`;
+      if (current !== undefined && contains(current, desired)) {
+        this.written.delete(key);
+        continue; // already as configured: no write
+      }
+      const written = this.written.get(key);
+      if (written !== undefined) {
+        const cachedRv = current?.metadata?.resourceVersion;
+        if (cachedRv !== written.rv && written.waits < MAX_WAITS) {
+          // Written, not in the cache yet: look again soon.
+          written.waits += 1;
+          waiting = true;
+          continue;
+        }
+      }
       // A RoleBinding's roleRef cannot change: replace the binding.
       if (current !== undefined && target.kind === 'RoleBinding' && !same(current.roleRef, desired.roleRef)) {
         kube.delete(target, new DeleteOptions({ uid: uidOf(current) }));
       }
-      kube.patch(target, Patch.apply(desired).force());
+      const stored = JSON.parse(kube.patch(target, Patch.apply(desired).force()));
+      const rv = stored?.metadata?.resourceVersion;
+      if (rv !== undefined) this.written.set(key, { rv, waits: 0 });
       const verb = current !== undefined ? 'updated' : 'created';
       info(`${verb} ${target} for tenant ${tenant}`);
     }
-    return Action.done();
+    return waiting ? Action.requeueAfter(1000) : Action.done();
   }
 
   /**

@@ -18,7 +18,13 @@ server stores that form, and a config that differs from it would be applied
 again on every resync.
 """
 
+import json
+
 import informer_controller as ic
+
+# How many reconciles in a row may pass over a default this controller wrote
+# and the cache does not show yet, before writing it again.
+MAX_WAITS = 5
 
 TENANT_DEFAULT = "tenant-default"
 TENANT_ADMINS = "tenant-admins"
@@ -111,6 +117,10 @@ def _string(value, what):
 class NamespaceDefaults(ic.Reconciler):
     def __init__(self):
         self.settings = _settings({})
+        # Defaults written whose write the cache has not shown yet: str(target)
+        # -> (the resourceVersion the write answered, reconciles that waited).
+        # The informers of the other kinds can run ahead of this one's.
+        self.written = {}
 
     def init(self, config):
         self.settings = _settings(config.parse())
@@ -128,21 +138,35 @@ class NamespaceDefaults(ic.Reconciler):
         uid = namespace.uid()
         if uid is None:
             raise ic.Error("a Namespace without a uid")
+        waiting = False
         for informer, desired in self.desired(name, uid, tenant):
             target = ic.Target.of_json(desired)
             if target is None:
                 raise ic.Error("a default without a name")
             cached = ic.stores.get(informer, f"{name}/{target.name}")
             current = None if cached is None else ic.parse(cached)
+            key = str(target)
             if current is not None and contains(current, desired):
+                self.written.pop(key, None)
                 continue  # already as configured: no write
+            if key in self.written:
+                rv, waits = self.written[key]
+                cached_rv = None if current is None else current.get("metadata", {}).get("resourceVersion")
+                if cached_rv != rv and waits < MAX_WAITS:
+                    # Written, not in the cache yet: look again soon.
+                    self.written[key] = (rv, waits + 1)
+                    waiting = True
+                    continue
             # A RoleBinding's roleRef cannot change: replace the binding.
             if current is not None and target.kind == "RoleBinding" and current.get("roleRef") != desired.get("roleRef"):
                 ic.kube.delete(target, ic.DeleteOptions(uid=uid_of(current)))
-            ic.kube.patch(target, ic.Patch.apply(desired).force())
+            stored = json.loads(ic.kube.patch(target, ic.Patch.apply(desired).force()))
+            rv = stored.get("metadata", {}).get("resourceVersion") if isinstance(stored, dict) else None
+            if rv is not None:
+                self.written[key] = (rv, 0)
             verb = "updated" if current is not None else "created"
             ic.info(f"{verb} {target} for tenant {tenant}")
-        return ic.Action.done()
+        return ic.Action.requeue_after(1) if waiting else ic.Action.done()
 
     def desired(self, namespace, uid, tenant):
         """Each configured default for the Namespace ``namespace`` (with

@@ -124,9 +124,20 @@ impl Default for Settings {
     }
 }
 
+/// How many reconciles in a row may pass over a default this controller
+/// wrote and the cache does not show yet, before writing it again.
+const MAX_WAITS: u32 = 5;
+
 #[derive(Default)]
 struct NamespaceDefaults {
     settings: Settings,
+    /// Defaults written whose write the cache has not shown yet: the
+    /// resourceVersion the write answered, and how many reconciles waited
+    /// for it. The informers of the other kinds can run ahead: a reconcile
+    /// caused by the new ResourceQuota must not apply the RoleBinding again
+    /// because its own informer has not delivered it yet (client-go's
+    /// controllers keep such "expectations" too).
+    written: std::collections::HashMap<String, (String, u32)>,
 }
 
 impl Reconciler for NamespaceDefaults {
@@ -146,12 +157,26 @@ impl Reconciler for NamespaceDefaults {
             return Ok(Action::Done); // not a tenant's
         };
         let uid = namespace.uid().ok_or("a Namespace without a uid")?;
-        for (informer, desired) in self.desired(name, &uid, &tenant) {
+        let mut waiting = false;
+        let defaults: Vec<(String, Value)> =
+            self.desired(name, &uid, &tenant).into_iter().map(|(i, d)| (i.to_string(), d)).collect();
+        for (informer, desired) in defaults {
             let target = Target::of_json(&desired).ok_or("a default without a name")?;
-            let current = stores::get(informer, &format!("{name}/{}", target.name))?;
+            let current = stores::get(&informer, &format!("{name}/{}", target.name))?;
             let current: Option<Value> = current.map(|c| c.parse()).transpose()?;
+            let key = target.to_string();
             if current.as_ref().is_some_and(|current| contains(current, &desired)) {
+                self.written.remove(&key);
                 continue; // already as configured: no write
+            }
+            if let Some((rv, waits)) = self.written.get_mut(&key) {
+                let cached = current.as_ref().and_then(|c| c.pointer("/metadata/resourceVersion")?.as_str());
+                if cached != Some(rv.as_str()) && *waits < MAX_WAITS {
+                    // Written, not in the cache yet: look again soon.
+                    *waits += 1;
+                    waiting = true;
+                    continue;
+                }
             }
             // A RoleBinding's roleRef cannot change: replace the binding.
             if let Some(current) = &current
@@ -161,11 +186,17 @@ impl Reconciler for NamespaceDefaults {
                 let exactly = DeleteOptions { uid: uid_of(current), ..DeleteOptions::default() };
                 kube::delete(&target, &exactly)?;
             }
-            kube::patch(&target, Patch::apply(&desired).force())?;
+            let stored = kube::patch(&target, Patch::apply(&desired).force())?;
+            let rv = serde_json::from_str::<Value>(&stored)
+                .ok()
+                .and_then(|v| v.pointer("/metadata/resourceVersion")?.as_str().map(str::to_string));
+            if let Some(rv) = rv {
+                self.written.insert(key, (rv, 0));
+            }
             let verb = if current.is_some() { "updated" } else { "created" };
             info!("{verb} {target} for tenant {tenant}");
         }
-        Ok(Action::Done)
+        Ok(if waiting { Action::RequeueAfter(std::time::Duration::from_secs(1)) } else { Action::Done })
     }
 }
 

@@ -36,6 +36,11 @@
 //! | `plugin_log_dropped_bytes_total` | counter | plugin, informer |
 //! | `plugin_json_calls_total` | counter | plugin, informer |
 //! | `plugin_info` | info | plugin, informer, file, hash, world |
+//! | `reflector_lists_total`, `reflector_list_failures_total`, `reflector_watches_total`, `reflector_watch_retries_total`, `reflector_events_total` | counter | informer |
+//! | `reflector_relists_total` | counter (cause: gone, watch_failed) | informer |
+//! | `reflector_last_list_items` | gauge | informer |
+//! | `reflector_list_seconds_total` | counter | informer |
+//! | `reflector_seconds_since_last_event` | gauge | informer |
 //! | `controller_reconciles_total` | counter | controller, informer, outcome |
 //! | `controller_requeued_after_total` | counter | controller, informer |
 //! | `controller_writes_total` | counter | controller, informer, outcome |
@@ -224,7 +229,10 @@ impl Observed {
             } else if i.informer.is_stopped() {
                 "stopped".to_string()
             } else {
-                "not synced".to_string()
+                match i.informer.reflector_stats().last_error() {
+                    Some(e) => format!("not synced: {e}"),
+                    None => "not synced".to_string(),
+                }
             };
             r.checks.push(Check { ok: synced, what: format!("informer {}", i.name), detail });
         }
@@ -506,6 +514,60 @@ fn own_buckets(h: &crate::workqueue::HistogramSnapshot) -> Histogram {
     (h.sum, h.count.max(below), buckets)
 }
 
+/// What each informer's reflector did (client-go's reflector metrics).
+fn reflector_metrics(encoder: &mut DescriptorEncoder, informers: &[InformerEntry]) -> Result<(), std::fmt::Error> {
+    let il = |i: &InformerEntry| -> Labels { vec![("informer", i.name.as_str().into())] };
+    let each = |f: &dyn Fn(&crate::informer::ReflectorStats) -> u64| -> Vec<(Labels, u64)> {
+        informers.iter().map(|i| (il(i), f(i.informer.reflector_stats()))).collect()
+    };
+    counters(encoder, "reflector_lists", "Lists (the first one and every relist)", &each(&|s| load(&s.lists)))?;
+    counters(encoder, "reflector_list_failures", "Lists that failed", &each(&|s| load(&s.list_failures)))?;
+    counters(encoder, "reflector_watches", "Watches opened", &each(&|s| load(&s.watches)))?;
+    counters(
+        encoder,
+        "reflector_watch_retries",
+        "Watches opened again from the last resourceVersion after a refused connection or a 429, without a list",
+        &each(&|s| load(&s.watch_retries)),
+    )?;
+    let relists: Vec<(Labels, u64)> = informers
+        .iter()
+        .flat_map(|i| {
+            let s = i.informer.reflector_stats();
+            let with = |cause: &'static str| {
+                let mut l = il(i);
+                l.push(("cause", cause.into()));
+                l
+            };
+            [(with("gone"), load(&s.relists_gone)), (with("watch_failed"), load(&s.relists_watch_failed))]
+        })
+        .collect();
+    counters(encoder, "reflector_relists", "Relists by cause: 410 Gone/Expired, or another watch failure", &relists)?;
+    counters(encoder, "reflector_events", "Watch events received", &each(&|s| load(&s.events)))?;
+    let items: Vec<_> = each(&|s| load(&s.last_list_items)).into_iter().map(|(l, v)| (l, v as i64)).collect();
+    gauges(encoder, "reflector_last_list_items", "Items in the last successful list", &items)?;
+    let f64s = |f: &dyn Fn(&crate::informer::ReflectorStats) -> Option<f64>| -> Vec<(Labels, f64)> {
+        informers.iter().filter_map(|i| f(i.informer.reflector_stats()).map(|v| (il(i), v))).collect()
+    };
+    family(
+        encoder,
+        "reflector_list_seconds",
+        "Time spent in successful lists",
+        None,
+        MetricType::Counter,
+        &f64s(&|s| Some(load(&s.list_micros) as f64 / 1e6)),
+        |m, v| ConstCounter::new(*v).encode(m),
+    )?;
+    family(
+        encoder,
+        "reflector_seconds_since_last_event",
+        "Seconds since the last list or watch event",
+        None,
+        MetricType::Gauge,
+        &f64s(&|s| s.seconds_since_last_event()),
+        |m, v| ConstGauge::new(*v).encode(m),
+    )
+}
+
 impl Collector for HostCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let informers = self.observed.informers();
@@ -526,6 +588,7 @@ impl Collector for HostCollector {
             "The last resourceVersion the informer saw (when it is a number)",
             &rv,
         )?;
+        reflector_metrics(&mut encoder, &informers)?;
 
         let controllers = self.observed.controllers();
         let cl = |c: &ControllerEntry| -> Labels {
@@ -822,6 +885,9 @@ mod tests {
             "informer_host_informer_synced{informer=\"cms\"} 1",
             "informer_host_informer_objects{informer=\"cms\"} 2",
             "informer_host_informer_resource_version{informer=\"cms\"} 2",
+            "informer_host_reflector_lists_total{informer=\"cms\"} 1",
+            "informer_host_reflector_relists_total{informer=\"cms\",cause=\"gone\"} 0",
+            "informer_host_reflector_last_list_items{informer=\"cms\"} 2",
             "informer_host_plugin_up{plugin=\"recorder\",informer=\"cms\"} 1",
             "informer_host_plugin_up{plugin=\"broken\",informer=\"cms\"} 0",
             "informer_host_notifications_delivered_total{plugin=\"recorder\",informer=\"cms\"} 1",

@@ -735,6 +735,18 @@ async fn a_kind_the_server_lacks_is_named_with_what_it_offers_and_starts_once_it
     assert!(e.contains("does not serve kind Gadget in example.com/v1 (example.com/v1 serves Widget)"), "{e}");
     assert!(!h.informer.has_synced());
     assert!(server.lists().is_empty(), "nothing listed before the kind exists");
+    // /readyz says why the informer is not ready.
+    let observed = informer_host::metrics::Observed::new();
+    observed.add_informer(informer_host::metrics::InformerEntry {
+        name: "gadgets".into(),
+        source: "kube".into(),
+        informer: h.informer.clone(),
+    });
+    let readiness = observed.readiness().render();
+    assert!(
+        readiness.contains("[-]informer gadgets: not synced: ") && readiness.contains("serves Widget"),
+        "{readiness}"
+    );
 
     // The CustomResourceDefinition is installed: the informer starts.
     server.register(ResourceType::new("example.com", "v1", "Gadget", "gadgets", false));

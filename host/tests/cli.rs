@@ -728,6 +728,16 @@ fn serve_fake(
     let head = String::from_utf8_lossy(&head).into_owned();
     let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
     seen.lock().unwrap().push(target.clone());
+    if target == "/api/v1" {
+        // Discovery, asked once before the first list.
+        let body = r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["create","delete","get","list","patch","update","watch"],"shortNames":["cm"]}]}"#;
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return;
+    }
     if !target.starts_with("/api/v1/namespaces/shop/configmaps") {
         let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"not found","reason":"NotFound","code":404}"#;
         let _ = write!(
@@ -816,8 +826,10 @@ fn run_a_kube_informer_through_a_kubeconfig_context() {
     let (code, log) = host.terminate();
     assert_eq!(code, Some(0), "{log}");
     let requests = server.requests();
-    assert!(requests.iter().all(|r| r.starts_with("/api/v1/namespaces/shop/configmaps?")), "{requests:?}");
-    assert!(requests.iter().all(|r| r.contains("labelSelector=app%3Dweb")), "{requests:?}");
+    assert_eq!(requests[0], "/api/v1", "discovery first: {requests:?}");
+    let rest = &requests[1..];
+    assert!(rest.iter().all(|r| r.starts_with("/api/v1/namespaces/shop/configmaps?")), "{requests:?}");
+    assert!(rest.iter().all(|r| r.contains("labelSelector=app%3Dweb")), "{requests:?}");
 }
 
 #[test]

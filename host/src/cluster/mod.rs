@@ -38,6 +38,20 @@ impl Target {
     /// The target of an object's JSON (its apiVersion, kind, namespace and
     /// name), or why it has none.
     pub fn of(object: &Value) -> Result<Target, WriteError> {
+        Self::read(object, None)
+    }
+
+    /// The target of a create: as [`Target::of`], but an object with only
+    /// `metadata.generateName` is named `<generateName>*` (the server
+    /// picks the rest), so the host's checks and logs can name it.
+    pub fn of_new(object: &Value) -> Result<Target, WriteError> {
+        let prefix = object.pointer("/metadata/generateName").and_then(Value::as_str).filter(|p| !p.is_empty());
+        Self::read(object, prefix.map(|p| format!("{p}*")))
+    }
+
+    /// Reads the target; `unnamed` names an object without a (non-empty)
+    /// `metadata.name`.
+    fn read(object: &Value, unnamed: Option<String>) -> Result<Target, WriteError> {
         let field = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_string);
         let missing = |what: &str| WriteError::Invalid {
             message: format!("the object has no {what}"),
@@ -47,30 +61,17 @@ impl Target {
                 field: what.into(),
             }],
         };
+        let name = match (field("/metadata/name"), unnamed) {
+            (Some(name), Some(generated)) if name.is_empty() => Some(generated),
+            (None, generated) => generated,
+            (name, _) => name,
+        };
         Ok(Target {
             api_version: field("/apiVersion").ok_or_else(|| missing("apiVersion"))?,
             kind: field("/kind").ok_or_else(|| missing("kind"))?,
             namespace: field("/metadata/namespace"),
-            name: field("/metadata/name").ok_or_else(|| missing("metadata.name"))?,
+            name: name.ok_or_else(|| missing("metadata.name"))?,
         })
-    }
-}
-
-impl Target {
-    /// The target of a create: as [`Target::of`], but an object with only
-    /// `metadata.generateName` is named `<generateName>*` (the server
-    /// picks the rest), so the host's checks and logs can name it.
-    pub fn of_new(object: &Value) -> Result<Target, WriteError> {
-        let named = object.pointer("/metadata/name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-        let prefix = object.pointer("/metadata/generateName").and_then(Value::as_str).filter(|p| !p.is_empty());
-        match prefix {
-            Some(prefix) if !named => {
-                let mut with_name = object.clone();
-                with_name["metadata"]["name"] = Value::String(format!("{prefix}*"));
-                Target::of(&with_name)
-            }
-            _ => Target::of(object),
-        }
     }
 }
 

@@ -223,9 +223,7 @@ impl App {
         let planned = plugins.controllers.plan(config, &sources);
         if !planned.is_empty() {
             let runtime = plugins.registry().map_err(AppError::Runtime)?.runtime().clone();
-            let by_name: HashMap<String, SharedIndexInformer> =
-                plugins.informers.iter().map(|(c, i)| (c.name.clone(), i.clone())).collect();
-            plugins.controllers.start(planned, runtime, by_name, config, observed.clone());
+            plugins.controllers.start(planned, runtime, plugins.informers_by_name(), config, observed.clone());
         }
         tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));
 

@@ -143,6 +143,11 @@ impl Plugins {
     }
 
     /// The registry, made (with the wasm runtime) on first use.
+    /// The informers by name (what controllers are started with).
+    pub(super) fn informers_by_name(&self) -> HashMap<String, SharedIndexInformer> {
+        self.informers.iter().map(|(c, i)| (c.name.clone(), i.clone())).collect()
+    }
+
     pub(super) fn registry(&self) -> Result<PluginRegistry, PluginError> {
         let mut slot = self.registry.lock();
         if let Some(r) = &*slot {

@@ -8,13 +8,11 @@
 //! nothing. Informers, `[host]` and `[admin]` need a restart: their changes
 //! are reported, not applied.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tracing::info_span;
 
 use crate::config::{Config, PluginConfig};
-use crate::informer::SharedIndexInformer;
 use crate::registry::{OnSwap, WasmSource};
 
 use super::format::tidy_path;
@@ -88,8 +86,7 @@ impl Plugins {
         if !new.controllers.is_empty() || self.controllers.configured() > 0 {
             match self.registry() {
                 Ok(registry) => {
-                    let informers: HashMap<String, SharedIndexInformer> =
-                        self.informers.iter().map(|(c, i)| (c.name.clone(), i.clone())).collect();
+                    let informers = self.informers_by_name();
                     self.controllers.reload(&new, registry.runtime(), &informers, &self.observed).await;
                 }
                 Err(e) => tracing::error!("cannot reload the controllers: {e}"),

@@ -1,6 +1,9 @@
 //! The write guard: what the host checks before a controller's write
 //! leaves, in this order, and what it records after.
 //!
+//! 0. Names no API server accepts (a name over 253 bytes, a namespace over
+//!    63, ...) are [`WriteError::Invalid`] at once, before the target
+//!    appears in a log line: a guest chooses its names.
 //! 1. The plugin's declared [`WriteRule`]s (RBAC's shape: API groups,
 //!    kinds, verbs, optional names). Rules name kinds, not resources: the
 //!    host checks before any request, without asking the server for
@@ -24,7 +27,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cluster::{ClusterWriter, Target, WriteError, WriteParams, WriteRequest};
+use crate::cluster::{Cause, ClusterWriter, Target, WriteError, WriteParams, WriteRequest};
 use crate::workqueue::TokenBucket;
 
 /// One rule of what a plugin may write. An empty list matches nothing; `*`
@@ -170,6 +173,14 @@ impl WriteGuard {
         let verb = request.verb();
         let plugin = &self.config.plugin;
         let tenant = self.config.tenant.as_deref().unwrap_or("");
+        // Before the target appears in any log line: a guest chooses its
+        // names, and a name no server accepts must not become a line of
+        // megabytes in the host's log.
+        if let Some(e) = oversized(&target) {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(plugin = %plugin, tenant, verb, "write refused: {e}");
+            return Err(e);
+        }
         if let Some(why) = self.refusal(&request, &target) {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(plugin = %plugin, tenant, verb, object = %target, "write refused: {why}");
@@ -234,6 +245,29 @@ fn dry_run_summary(request: &WriteRequest) -> String {
     };
     let cut = crate::plugin::sanitize(&body, 512);
     format!(" with {cut}")
+}
+
+/// A target whose names no API server accepts: a name longer than a DNS
+/// subdomain (253 bytes, one more for `generateName`'s `*`), a namespace
+/// longer than a DNS label (63), or an apiVersion or kind longer than 316.
+fn oversized(target: &Target) -> Option<WriteError> {
+    let too_long = [
+        ("metadata.name", target.name.len(), 254),
+        ("metadata.namespace", target.namespace.as_deref().map_or(0, str::len), 63),
+        ("apiVersion", target.api_version.len(), 316),
+        ("kind", target.kind.len(), 316),
+    ]
+    .into_iter()
+    .find(|(_, len, max)| len > max)?;
+    let (field, len, max) = too_long;
+    Some(WriteError::Invalid {
+        message: format!("{field} of {len} bytes (at most {max})"),
+        causes: vec![Cause {
+            reason: "FieldValueTooLong".into(),
+            message: format!("must be no more than {max} bytes"),
+            field: field.into(),
+        }],
+    })
 }
 
 #[cfg(test)]
@@ -302,6 +336,24 @@ mod tests {
         let sent = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!(server.0.load(Ordering::Relaxed), 4 + sent);
         assert_eq!(g.stats.refused.load(Ordering::Relaxed) as usize, results.len() - sent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_name_no_server_accepts_is_invalid_and_neither_sent_nor_logged_whole() {
+        let server = Arc::new(Counting::default());
+        let g = WriteGuard::new(config(), server.clone());
+        let huge = "x".repeat(1 << 20);
+        match g.write(patch("a", &huge)).await {
+            Err(WriteError::Invalid { message, causes }) => {
+                assert_eq!(message, "metadata.name of 1048576 bytes (at most 254)");
+                assert_eq!(causes[0].field, "metadata.name");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(g.write(patch(&"n".repeat(64), "x")).await, Err(WriteError::Invalid { .. })));
+        assert_eq!(server.0.load(Ordering::Relaxed), 0);
+        assert_eq!(g.stats.refused.load(Ordering::Relaxed), 2);
+        assert!(g.write(patch("a", &"x".repeat(253))).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,6 +19,7 @@ pub mod controller;
 pub mod informer;
 pub mod metrics;
 pub mod names;
+pub mod oci;
 pub mod plugin;
 pub mod registry;
 pub mod source;

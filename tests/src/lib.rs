@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 pub mod apiserver;
+pub mod oci_registry;
 pub mod plugins;
 
 /// How long [`eventually`] waits before failing.

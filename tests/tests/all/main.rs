@@ -16,6 +16,7 @@ mod hot_swap;
 mod kube_source;
 mod kube_writer;
 mod metrics_exposition;
+mod oci;
 mod other_languages;
 mod tenants;
 mod wasm_plugins;

@@ -7,13 +7,26 @@
 //!     the C bindings of <world> (`<world>.h`, `<world>.c` and
 //!     `<world>_component_type.o`), as `wit-bindgen c` writes them
 //!
-//! c-plugin-build component <core.wasm> <out.wasm>
+//! c-plugin-build component <core.wasm> <out.wasm> [<wit-dir> <world>]
 //!     the component of a wasm32-wasi (preview1) reactor module linked with
 //!     those bindings, with wasmtime's preview1 reactor adapter, as
-//!     `wasm-tools component new --adapt` makes it
+//!     `wasm-tools component new --adapt` makes it; given a WIT world, its
+//!     type is embedded first (`wasm-tools component embed`), for a module
+//!     built without bindings' objects (Go)
+//!
+//! c-plugin-build check-abi <wit-dir> <world> <recorded.txt>
+//!     fails unless every function and type of <world>, as `abi-text`
+//!     renders it, is what <recorded.txt> holds: the text the hand-written
+//!     Go glue (plugins/go-sdk/abi.go) was written against
+//!
+//! c-plugin-build abi-text <wit-dir> <world>
+//!     prints that rendering
 //! ```
 //!
-//! `plugins/build-other-languages.sh` drives it between the two clang steps.
+//! `plugins/build-other-languages.sh` drives it between the two clang steps,
+//! and around `go build` for the Go plugins.
+
+mod abi;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,14 +40,21 @@ use wit_parser::Resolve;
 
 const USAGE: &str = "usage:
   c-plugin-build bindings <wit-dir> <world> <out-dir>
-  c-plugin-build component <core.wasm> <out.wasm>";
+  c-plugin-build component <core.wasm> <out.wasm> [<wit-dir> <world>]
+  c-plugin-build check-abi <wit-dir> <world> <recorded.txt>
+  c-plugin-build abi-text <wit-dir> <world>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args[..] {
         ["bindings", wit, world, out] => bindings(Path::new(wit), world, Path::new(out)),
-        ["component", module, out] => component(Path::new(module), Path::new(out)),
+        ["component", module, out] => component(Path::new(module), Path::new(out), None),
+        ["component", module, out, wit, world] => {
+            component(Path::new(module), Path::new(out), Some((Path::new(wit), world)))
+        }
+        ["check-abi", wit, world, recorded] => abi::check(Path::new(wit), world, Path::new(recorded)),
+        ["abi-text", wit, world] => abi::text(Path::new(wit), world).map(|text| print!("{text}")),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -76,9 +96,17 @@ fn bindings(wit: &Path, world: &str, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Wraps the core module `module` into a component at `out`.
-fn component(module: &Path, out: &Path) -> Result<()> {
-    let core = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
+/// Wraps the core module `module` into a component at `out`, first
+/// embedding the type of `world` when given.
+fn component(module: &Path, out: &Path, world: Option<(&Path, &str)>) -> Result<()> {
+    let mut core = std::fs::read(module).with_context(|| format!("reading {}", module.display()))?;
+    if let Some((wit, world)) = world {
+        let mut resolve = Resolve::default();
+        let (package, _) = resolve.push_dir(wit).with_context(|| format!("parsing {}", wit.display()))?;
+        let world_id = resolve.select_world(&[package], Some(world))?;
+        wit_component::embed_component_metadata(&mut core, &resolve, world_id, wit_component::StringEncoding::UTF8)
+            .with_context(|| format!("embedding the type of world `{world}`"))?;
+    }
     let component = ComponentEncoder::default()
         .validate(true)
         .module(&core)

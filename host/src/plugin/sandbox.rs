@@ -2,10 +2,12 @@
 //!
 //! This module owns what a single wasm instance may touch: a resource
 //! table, a WASI context with no files, network, environment or (unless
-//! granted) clocks, a memory cap, and the plugin's view of the cache. It
+//! granted) clocks (a wall clock frozen at zero and a monotonic clock that
+//! only counts its own reads), a memory cap, and the plugin's view of the cache. It
 //! may not reach the informer except through that read-only view.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
@@ -81,8 +83,9 @@ impl WasiView for Sandbox {
     }
 }
 
-/// A clock stopped at zero: plugins without the `clocks` grant cannot
-/// observe time (and so cannot behave differently across replays).
+/// The wall clock of a plugin without the `clocks` grant: stopped at zero,
+/// so it cannot observe the time of day (and so cannot behave differently
+/// across replays).
 struct FrozenClock;
 
 impl HostWallClock for FrozenClock {
@@ -93,12 +96,34 @@ impl HostWallClock for FrozenClock {
         Duration::ZERO
     }
 }
-impl HostMonotonicClock for FrozenClock {
+
+/// The monotonic clock of a plugin without the `clocks` grant: it advances
+/// by [`TickingClock::STEP`] nanoseconds per read and by nothing else, so it
+/// never goes backwards and never stands still (Go's runtime aborts at start
+/// when its clock reads zero twice) yet reveals no time at all: what it
+/// reads depends only on how many reads the instance made. One per store,
+/// so a fresh instance starts from the beginning again.
+struct TickingClock {
+    reads: AtomicU64,
+}
+
+impl TickingClock {
+    /// Nanoseconds per read: a microsecond.
+    const STEP: u64 = 1_000;
+
+    fn new() -> Self {
+        TickingClock { reads: AtomicU64::new(0) }
+    }
+}
+
+impl HostMonotonicClock for TickingClock {
     fn resolution(&self) -> u64 {
-        1_000_000_000
+        Self::STEP
     }
     fn now(&self) -> u64 {
-        0
+        let before = self.reads.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r.saturating_add(1)));
+        let before = before.unwrap_or_else(|r| r);
+        before.saturating_add(1).saturating_mul(Self::STEP)
     }
 }
 
@@ -108,7 +133,7 @@ pub(crate) fn new_store(engine: &wasmtime::Engine, shared: Arc<PluginShared>) ->
     let mut wasi = WasiCtx::builder();
     wasi.stderr(stderr.clone());
     if !shared.clocks {
-        wasi.wall_clock(FrozenClock).monotonic_clock(FrozenClock);
+        wasi.wall_clock(FrozenClock).monotonic_clock(TickingClock::new());
     }
     let wasi = wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).build();
     let limiter = MemoryCap { cap: shared.memory_bytes, refused: false };
@@ -127,4 +152,37 @@ pub(crate) fn new_store(engine: &wasmtime::Engine, shared: Arc<PluginShared>) ->
     let mut store = Store::new(engine, sandbox);
     store.limiter(|s| &mut s.limiter);
     store
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ungranted_monotonic_clock_advances_by_a_step_per_read_and_reveals_no_time() {
+        let clock = TickingClock::new();
+        let reads: Vec<u64> = (0..5).map(|_| clock.now()).collect();
+        assert_eq!(reads, [1_000, 2_000, 3_000, 4_000, 5_000], "never zero, strictly increasing");
+        // Waiting changes nothing: only reads advance it.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(clock.now(), 6_000);
+        assert_eq!(clock.resolution(), TickingClock::STEP);
+        // A fresh clock (a fresh instance) starts over: nothing carries over.
+        assert_eq!(TickingClock::new().now(), 1_000);
+    }
+
+    #[test]
+    fn the_ungranted_monotonic_clock_never_goes_backwards_even_at_its_end() {
+        let clock = TickingClock { reads: AtomicU64::new(u64::MAX / TickingClock::STEP - 1) };
+        let a = clock.now();
+        let b = clock.now();
+        let c = clock.now();
+        assert!(a <= b && b <= c && c == u64::MAX, "{a} {b} {c}");
+    }
+
+    #[test]
+    fn the_ungranted_wall_clock_stays_frozen() {
+        assert_eq!(FrozenClock.now(), Duration::ZERO);
+        assert_eq!(FrozenClock.now(), Duration::ZERO);
+    }
 }

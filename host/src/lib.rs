@@ -16,6 +16,7 @@ pub mod app;
 pub mod cluster;
 pub mod config;
 pub mod controller;
+pub mod coordination;
 pub mod informer;
 pub mod metrics;
 pub mod names;

@@ -123,6 +123,13 @@ impl ResourceType {
         .with_status_subresource()
         .with_short_names(&["crd", "crds"])
     }
+    /// `coordination.k8s.io/v1` `Lease` (`leases`), namespaced: a built-in
+    /// type without status subresource or generation; updates carrying a
+    /// stale `resourceVersion` get `409 Conflict`. Not registered by
+    /// default: `server.register(ResourceType::leases())`.
+    pub fn leases() -> Self {
+        Self::builtin("coordination.k8s.io", "v1", "Lease", "leases", true)
+    }
     /// The resource as errors name it: `configmaps`, `deployments.apps`.
     pub fn qualified_resource(&self) -> String {
         if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }

@@ -10,6 +10,7 @@ mod admin_api;
 mod apiserver_writes;
 mod app_controllers;
 mod controllers;
+mod coordination;
 mod example_controllers;
 mod hostile;
 mod hot_swap;

@@ -1,0 +1,382 @@
+//! One replica's rounds: membership, renewals, hand-overs, acquisitions
+//! (see the module docs of `coordination`), and the watchdog that ends
+//! local ownership at the renew deadline.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, watch};
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{
+    Claim, LEASE_LABEL, Observed, PLUGIN, PLUGIN_KEY_ANNOTATION, REPLICA, Record, claim, fair_share, held_by,
+    new_lease, plugin_lease_name, preference, released, replica_lease_name,
+};
+use super::{CoordinatorConfig, Counters, Error};
+
+/// What the handle, the rounds and the watchdog share.
+pub(super) struct Shared {
+    pub config: CoordinatorConfig,
+    /// The keys to share, as the caller last set them.
+    pub plugins: watch::Sender<BTreeSet<String>>,
+    /// The keys owned now; always the key set of `held`.
+    pub owned: watch::Sender<BTreeSet<String>>,
+    /// Owned keys and the instant each stops being owned unless renewed.
+    held: Mutex<BTreeMap<String, Instant>>,
+    held_changed: Notify,
+    pub counters: Counters,
+}
+
+impl Shared {
+    pub fn new(config: CoordinatorConfig) -> Shared {
+        Shared {
+            config,
+            plugins: watch::Sender::new(BTreeSet::new()),
+            owned: watch::Sender::new(BTreeSet::new()),
+            held: Mutex::new(BTreeMap::new()),
+            held_changed: Notify::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Publishes the owned set; called with `held` locked, so the channel
+    /// sees every change in order.
+    fn publish(&self, held: &BTreeMap<String, Instant>) {
+        let set: BTreeSet<String> = held.keys().cloned().collect();
+        self.owned.send_if_modified(|cur| {
+            let changed = *cur != set;
+            *cur = set;
+            changed
+        });
+        self.held_changed.notify_one();
+    }
+
+    /// Owns `key` until `deadline` (later deadlines only); whether it is new.
+    fn hold(&self, key: &str, deadline: Instant) -> bool {
+        let mut held = self.held.lock();
+        let new = match held.get_mut(key) {
+            Some(d) => {
+                *d = (*d).max(deadline);
+                false
+            }
+            None => {
+                held.insert(key.to_string(), deadline);
+                true
+            }
+        };
+        self.publish(&held);
+        new
+    }
+
+    fn is_held(&self, key: &str) -> bool {
+        self.held.lock().contains_key(key)
+    }
+
+    fn held_keys(&self) -> Vec<String> {
+        self.held.lock().keys().cloned().collect()
+    }
+
+    /// Stops owning `key`; whether it was owned.
+    fn unhold(&self, key: &str) -> bool {
+        let mut held = self.held.lock();
+        let was = held.remove(key).is_some();
+        self.publish(&held);
+        was
+    }
+
+    fn unhold_all(&self) {
+        let mut held = self.held.lock();
+        held.clear();
+        self.publish(&held);
+    }
+
+    /// Drops every key whose deadline is not after `now`.
+    fn expire_due(&self, now: Instant) {
+        let mut held = self.held.lock();
+        let due: Vec<String> = held.iter().filter(|(_, d)| **d <= now).map(|(k, _)| k.clone()).collect();
+        for key in &due {
+            held.remove(key);
+            tracing::warn!(identity = %self.config.identity, plugin = %key, "renew deadline passed: plugin no longer owned");
+        }
+        Counters::add(&self.counters.losses, due.len() as u64);
+        self.publish(&held);
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.held.lock().values().min().copied()
+    }
+}
+
+/// Ends local ownership of every plugin at its renew deadline, whatever the
+/// rounds are doing (a hung request included).
+pub(super) async fn watchdog(shared: Arc<Shared>) {
+    loop {
+        match shared.next_deadline() {
+            Some(deadline) => tokio::select! {
+                _ = sleep_until(deadline) => shared.expire_due(Instant::now()),
+                _ = shared.held_changed.notified() => {}
+            },
+            None => shared.held_changed.notified().await,
+        }
+    }
+}
+
+/// The rounds, until `stop`; then every lease is released.
+pub(super) async fn run(shared: Arc<Shared>, api: Api<Lease>, stop: CancellationToken) {
+    let mut plugins = shared.plugins.subscribe();
+    let mut round = Rounds { shared: shared.clone(), api, observed: HashMap::new(), rounds: 0 };
+    loop {
+        let next = Instant::now() + shared.config.retry_period;
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            r = round.once() => if let Err(e) = r {
+                tracing::warn!(identity = %shared.config.identity, error = %e, "lease round failed");
+            },
+        }
+        plugins.mark_unchanged();
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = sleep_until(next) => {}
+            // A new plugin set gets a round at once.
+            _ = plugins.changed() => {}
+        }
+    }
+    round.release_all().await;
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn holder(lease: &Lease) -> &str {
+    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or("")
+}
+
+fn kind(lease: &Lease) -> &str {
+    lease.metadata.labels.as_ref().and_then(|l| l.get(LEASE_LABEL)).map_or("", String::as_str)
+}
+
+struct Rounds {
+    shared: Arc<Shared>,
+    api: Api<Lease>,
+    /// Every managed lease by name, as last seen changing.
+    observed: HashMap<String, Observed>,
+    rounds: u64,
+}
+
+impl Rounds {
+    fn cfg(&self) -> &CoordinatorConfig {
+        &self.shared.config
+    }
+
+    async fn once(&mut self) -> Result<(), Error> {
+        self.rounds += 1;
+        self.renew_membership().await?;
+        let listed = self.api.list(&ListParams::default().labels(LEASE_LABEL)).await?;
+        let now = Instant::now();
+        let me = self.cfg().identity.clone();
+        let mut leases: HashMap<String, Lease> = HashMap::new();
+        let mut observed = HashMap::new();
+        for lease in listed.items {
+            let Some(name) = lease.metadata.name.clone() else { continue };
+            let record = Record::of(&lease, self.cfg().lease_duration);
+            observed.insert(name.clone(), Observed::observe(self.observed.remove(&name), record, now));
+            leases.insert(name, lease);
+        }
+        self.observed = observed;
+
+        let replicas = leases
+            .iter()
+            .filter(|(name, l)| kind(l) == REPLICA && (holder(l) == me || self.observed[*name].is_held(now)))
+            .count()
+            .max(1);
+        Counters::set(&self.shared.counters.replicas, replicas as u64);
+        let plugins = self.shared.plugins.borrow().clone();
+        let share = fair_share(plugins.len(), replicas);
+
+        // Leases we hold for plugins no longer listed: hand them over.
+        for (name, lease) in &leases {
+            if kind(lease) != PLUGIN || holder(lease) != me {
+                continue;
+            }
+            let key = lease.metadata.annotations.as_ref().and_then(|a| a.get(PLUGIN_KEY_ANNOTATION));
+            if key.is_none_or(|k| !plugins.contains(k)) {
+                if let Some(k) = key {
+                    self.shared.unhold(k);
+                }
+                self.release(name, lease).await;
+            }
+        }
+        for key in self.shared.held_keys() {
+            if !plugins.contains(&key) {
+                self.shared.unhold(&key);
+            }
+        }
+        // Owned keys above the fair share, least preferred first: hand over.
+        let mut held: Vec<String> = self.shared.held_keys().into_iter().filter(|k| plugins.contains(k)).collect();
+        held.sort_by_key(|k| preference(&me, k));
+        while held.len() > share {
+            let key = held.remove(0);
+            self.shared.unhold(&key);
+            let name = plugin_lease_name(&key);
+            if let Some(lease) = leases.get(&name) {
+                self.release(&name, &lease.clone()).await;
+            }
+        }
+        for key in held {
+            self.renew(&key, leases.get(&plugin_lease_name(&key))).await;
+        }
+        // The first round only announced this replica: take plugins once
+        // the others' memberships are visible.
+        if self.rounds < 2 {
+            return Ok(());
+        }
+        let mut candidates: Vec<&String> = plugins.iter().filter(|k| !self.shared.is_held(k)).collect();
+        candidates.sort_by_key(|k| std::cmp::Reverse(preference(&me, k)));
+        for key in candidates {
+            if self.shared.held_keys().len() >= share {
+                break;
+            }
+            let name = plugin_lease_name(key);
+            match claim(&me, self.observed.get(&name), Instant::now()) {
+                Claim::HeldBy(_) => {}
+                Claim::Create => self.acquire(key, None).await,
+                Claim::Renew | Claim::Acquire => self.acquire(key, leases.get(&name)).await,
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates or renews this replica's membership lease.
+    async fn renew_membership(&mut self) -> Result<(), Error> {
+        let cfg = self.cfg().clone();
+        let name = replica_lease_name(&cfg.identity);
+        let now = SystemTime::now();
+        let pp = PostParams::default();
+        match self.api.get_opt(&name).await? {
+            None => match self
+                .api
+                .create(&pp, &new_lease(&name, REPLICA, None, &cfg.identity, cfg.lease_duration, now))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) if is_conflict(&e) => Ok(()),
+                Err(e) => Err(e.into()),
+            },
+            Some(lease) => {
+                match self.api.replace(&name, &pp, &held_by(&lease, &cfg.identity, cfg.lease_duration, now)).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_conflict(&e) => Ok(()),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+
+    /// Renews an owned plugin's lease; on success it stays owned until the
+    /// request's start plus the renew deadline.
+    async fn renew(&mut self, key: &str, lease: Option<&Lease>) {
+        let cfg = self.cfg().clone();
+        let Some(lease) = lease.filter(|l| holder(l) == cfg.identity) else {
+            // Deleted, or taken over (this replica was partitioned longer
+            // than the lease): not ours any more.
+            if self.shared.unhold(key) {
+                Counters::add(&self.shared.counters.losses, 1);
+                tracing::warn!(identity = %cfg.identity, plugin = %key, "plugin lease gone or taken: no longer owned");
+            }
+            return;
+        };
+        let start = Instant::now();
+        let name = plugin_lease_name(key);
+        let pp = PostParams::default();
+        match self.api.replace(&name, &pp, &held_by(lease, &cfg.identity, cfg.lease_duration, SystemTime::now())).await
+        {
+            Ok(_) => {
+                if self.shared.hold(key, start + cfg.renew_deadline) {
+                    Counters::add(&self.shared.counters.acquisitions, 1);
+                }
+            }
+            Err(e) if is_conflict(&e) || is_not_found(&e) => {
+                // Someone else wrote it since the list: the next round sees
+                // who holds it; until then the deadline stands.
+                Counters::add(&self.shared.counters.conflicts, 1);
+                tracing::debug!(identity = %cfg.identity, plugin = %key, error = %e, "renewal lost a race");
+            }
+            Err(e) => tracing::warn!(identity = %cfg.identity, plugin = %key, error = %e, "renewal failed"),
+        }
+    }
+
+    /// Creates (`lease` `None`) or takes over a plugin's lease.
+    async fn acquire(&mut self, key: &str, lease: Option<&Lease>) {
+        let cfg = self.cfg().clone();
+        let name = plugin_lease_name(key);
+        let start = Instant::now();
+        let now = SystemTime::now();
+        let pp = PostParams::default();
+        let result = match lease {
+            None => {
+                self.api.create(&pp, &new_lease(&name, PLUGIN, Some(key), &cfg.identity, cfg.lease_duration, now)).await
+            }
+            Some(l) => self.api.replace(&name, &pp, &held_by(l, &cfg.identity, cfg.lease_duration, now)).await,
+        };
+        match result {
+            Ok(_) => {
+                if self.shared.hold(key, start + cfg.renew_deadline) {
+                    Counters::add(&self.shared.counters.acquisitions, 1);
+                    tracing::info!(identity = %cfg.identity, plugin = %key, "plugin lease acquired");
+                }
+            }
+            Err(e) if is_conflict(&e) => {
+                Counters::add(&self.shared.counters.conflicts, 1);
+                tracing::debug!(identity = %cfg.identity, plugin = %key, "another replica took the lease first");
+            }
+            Err(e) => tracing::warn!(identity = %cfg.identity, plugin = %key, error = %e, "acquiring failed"),
+        }
+    }
+
+    /// Hands a lease over (the caller stopped owning it first).
+    async fn release(&self, name: &str, lease: &Lease) {
+        Counters::add(&self.shared.counters.releases, 1);
+        let pp = PostParams::default();
+        if let Err(e) = self.api.replace(name, &pp, &released(lease, SystemTime::now())).await {
+            tracing::warn!(identity = %self.cfg().identity, lease = %name, error = %e, "release failed: the lease will expire");
+        } else {
+            tracing::info!(identity = %self.cfg().identity, lease = %name, "lease released");
+        }
+    }
+
+    /// Shutdown: owns nothing at once, deletes the membership lease (N
+    /// drops for everyone), releases every plugin lease it holds.
+    async fn release_all(&mut self) {
+        self.shared.unhold_all();
+        let me = self.cfg().identity.clone();
+        let membership = replica_lease_name(&me);
+        if let Err(e) = self.api.delete(&membership, &DeleteParams::default()).await
+            && !is_not_found(&e)
+        {
+            tracing::warn!(identity = %me, error = %e, "deleting the membership lease failed");
+        }
+        let listed = match self.api.list(&ListParams::default().labels(&format!("{LEASE_LABEL}={PLUGIN}"))).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                tracing::warn!(identity = %me, error = %e, "listing leases to release failed: they will expire");
+                return;
+            }
+        };
+        for lease in listed.iter().filter(|l| holder(l) == me) {
+            if let Some(name) = &lease.metadata.name {
+                self.release(name, lease).await;
+            }
+        }
+    }
+}

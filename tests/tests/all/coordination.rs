@@ -1,0 +1,246 @@
+//! Three replicas sharing plugins through coordination.k8s.io Leases on the
+//! test API server (`informer_host::coordination`, issue 13 item 3).
+//!
+//! The clock is tokio's paused clock: the API server runs in the same
+//! runtime on loopback, so every bound below is on virtual time and speaks
+//! of the protocol (lease duration, retry period), never of machine speed.
+//! Ownership is sampled on every change of any replica's owned set, in one
+//! synchronous step (a current-thread runtime), and checked pairwise.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2e::apiserver::{ApiServer, ResourceType, namespace};
+use informer_host::coordination::{Coordinator, CoordinatorConfig, fair_share, plugin_lease_name};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const NS: &str = "ih-system";
+const P: usize = 10;
+const LEASE: Duration = Duration::from_secs(15);
+const RETRY: Duration = Duration::from_secs(2);
+
+fn keys() -> Vec<String> {
+    (0..P).map(|i| format!("tenant-{}/plugin-{i}", i % 3)).collect()
+}
+
+fn config(identity: &str) -> CoordinatorConfig {
+    // client-go's defaults: lease 15 s, renew deadline 10 s, retry 2 s.
+    CoordinatorConfig::new(NS, identity)
+}
+
+/// Samples every replica's owned set after every change and records what
+/// broke: a plugin owned by two replicas, a replica above ⌈P/N⌉ + 1.
+struct Checker {
+    violations: Arc<Mutex<Vec<String>>>,
+    /// Live replicas the balance bound is computed for.
+    alive: Arc<Mutex<usize>>,
+    samples: Arc<Mutex<usize>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Checker {
+    fn start(mut rxs: Vec<watch::Receiver<BTreeSet<String>>>) -> Checker {
+        let violations = Arc::new(Mutex::new(Vec::new()));
+        let alive = Arc::new(Mutex::new(rxs.len()));
+        let samples = Arc::new(Mutex::new(0));
+        let (v, a, s) = (violations.clone(), alive.clone(), samples.clone());
+        let task = tokio::spawn(async move {
+            let mut open = vec![true; rxs.len()];
+            loop {
+                // One synchronous snapshot of every replica's set.
+                let sets: Vec<BTreeSet<String>> = rxs.iter_mut().map(|rx| rx.borrow_and_update().clone()).collect();
+                *s.lock() += 1;
+                let bound = fair_share(P, *a.lock()) + 1;
+                for (i, si) in sets.iter().enumerate() {
+                    if si.len() > bound {
+                        v.lock().push(format!("replica {i} owns {} > {bound}: {si:?}", si.len()));
+                    }
+                    for (j, sj) in sets.iter().enumerate().skip(i + 1) {
+                        let both: Vec<_> = si.intersection(sj).collect();
+                        if !both.is_empty() {
+                            v.lock().push(format!("replicas {i} and {j} both own {both:?}"));
+                        }
+                    }
+                }
+                let changes = rxs
+                    .iter_mut()
+                    .zip(open.iter())
+                    .enumerate()
+                    .filter(|(_, (_, o))| **o)
+                    .map(|(i, (rx, _))| Box::pin(async move { (i, rx.changed().await.is_ok()) }));
+                let changes: Vec<_> = changes.collect();
+                if changes.is_empty() {
+                    return;
+                }
+                let ((i, ok), _, _) = futures::future::select_all(changes).await;
+                if !ok {
+                    open[i] = false;
+                }
+            }
+        });
+        Checker { violations, alive, samples, task }
+    }
+
+    fn assert_clean(&self) {
+        let v = self.violations.lock();
+        assert!(v.is_empty(), "ownership violations:\n{}", v.join("\n"));
+    }
+}
+
+fn union(rxs: &[watch::Receiver<BTreeSet<String>>], which: &[usize]) -> BTreeSet<String> {
+    which.iter().flat_map(|i| rxs[*i].borrow().clone()).collect()
+}
+
+/// Polls (on virtual time) until `cond`; the virtual time it took.
+async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() <= limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+async fn server() -> ApiServer {
+    let server = ApiServer::start().await;
+    server.register(ResourceType::leases());
+    server.create(namespace(NS)).unwrap();
+    server
+}
+
+fn holder_of(server: &ApiServer, key: &str) -> Option<String> {
+    let lease = server.get("coordination.k8s.io/v1", "Lease", Some(NS), &plugin_lease_name(key))?;
+    lease["spec"]["holderIdentity"].as_str().map(String::from)
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_replicas_own_every_plugin_once_balanced_and_take_over_from_the_dead_and_the_departing() {
+    let server = server().await;
+    let all: BTreeSet<String> = keys().into_iter().collect();
+    let names = ["replica-a", "replica-b", "replica-c"];
+    let mut replicas: Vec<Option<Coordinator>> = names
+        .iter()
+        .map(|n| Some(Coordinator::start(server.client(), config(n), CancellationToken::new()).unwrap()))
+        .collect();
+    let rxs: Vec<_> = replicas.iter().map(|r| r.as_ref().unwrap().owned()).collect();
+    let checker = Checker::start(rxs.clone());
+    for r in replicas.iter().flatten() {
+        r.set_plugins(keys());
+    }
+
+    // All owned within a few rounds: one to announce, one to take, one
+    // for whatever lost a race.
+    let took =
+        wait_for("every plugin owned", 3 * RETRY + Duration::from_millis(500), || union(&rxs, &[0, 1, 2]) == all).await;
+    eprintln!("all {P} plugins owned after {took:?} (virtual)");
+    let counts: Vec<usize> = rxs.iter().map(|rx| rx.borrow().len()).collect();
+    assert!(counts.iter().all(|c| *c <= fair_share(P, 3)), "balanced at ⌈P/N⌉: {counts:?}");
+
+    // Steady: a minute of renewals, nothing lost, nothing moves.
+    let before: Vec<_> = rxs.iter().map(|rx| rx.borrow().clone()).collect();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after: Vec<_> = rxs.iter().map(|rx| rx.borrow().clone()).collect();
+    assert_eq!(before, after, "ownership moved while every replica was healthy");
+    for r in replicas.iter().flatten() {
+        let s = r.stats();
+        assert_eq!(s.losses, 0, "{}: {s:?}", r.identity());
+        assert_eq!(s.replicas, 3, "{}: {s:?}", r.identity());
+    }
+    // The leases say what the replicas think.
+    for (i, set) in after.iter().enumerate() {
+        for key in set {
+            assert_eq!(holder_of(&server, key).as_deref(), Some(names[i]), "{key}");
+        }
+    }
+
+    // Kill the busiest replica: no release, its leases must expire.
+    let victim = (0..3).max_by_key(|i| rxs[*i].borrow().len()).unwrap();
+    let orphans = rxs[victim].borrow().clone();
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+    *checker.alive.lock() = 2;
+    drop(replicas[victim].take());
+    let moved =
+        wait_for("the dead replica's plugins taken over", LEASE + 3 * RETRY, || union(&rxs, &survivors) == all).await;
+    eprintln!("{} plugins of the killed {} moved after {moved:?} (virtual)", orphans.len(), names[victim]);
+    // Not before the lease could expire (the last renewal was at most one
+    // retry period before the kill), and within one lease duration after
+    // it plus the rounds that observe and take it.
+    assert!(moved >= LEASE - RETRY, "taken over before the lease expired: {moved:?}");
+    assert!(moved <= LEASE + 2 * RETRY, "not taken over within the lease duration: {moved:?}");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(union(&rxs, &survivors), all);
+    for i in &survivors {
+        let n = rxs[*i].borrow().len();
+        assert!(n <= fair_share(P, 2), "{} owns {n} of {P} with two replicas", names[*i]);
+        assert_eq!(replicas[*i].as_ref().unwrap().stats().replicas, 2);
+    }
+
+    // A graceful stop hands over at once: the last replica takes all on
+    // its next round, long before any lease could expire.
+    let (leaving, staying) = (survivors[0], survivors[1]);
+    *checker.alive.lock() = 1;
+    let gone = replicas[leaving].take().unwrap();
+    gone.shutdown().await;
+    assert!(rxs[leaving].borrow().is_empty());
+    let handed =
+        wait_for("the departing replica's plugins taken over", LEASE, || rxs[staying].borrow().len() == P).await;
+    eprintln!("graceful hand-over after {handed:?} (virtual)");
+    assert!(handed <= RETRY + Duration::from_millis(500), "hand-over took {handed:?}, more than a round");
+    for key in &all {
+        assert_eq!(holder_of(&server, key).as_deref(), Some(names[staying]), "{key}");
+    }
+
+    let last = replicas[staying].take().unwrap();
+    let stats = last.stats();
+    assert_eq!(stats.owned, P as u64);
+    last.shutdown().await;
+    for key in &all {
+        assert_eq!(holder_of(&server, key), None, "{key} still held after every replica stopped");
+    }
+    assert!(*checker.samples.lock() > 10, "the checker sampled the changes");
+    checker.assert_clean();
+    checker.task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_replica_gets_its_share_handed_over_and_a_removed_plugin_is_released() {
+    let server = server().await;
+    let a = Coordinator::start(server.client(), config("replica-a"), CancellationToken::new()).unwrap();
+    a.set_plugins(keys());
+    let ra = a.owned();
+    wait_for("a owns every plugin", 3 * RETRY, || ra.borrow().len() == P).await;
+
+    let b = Coordinator::start(server.client(), config("replica-b"), CancellationToken::new()).unwrap();
+    b.set_plugins(keys());
+    let rb = b.owned();
+    let checker = Checker::start(vec![ra.clone(), rb.clone()]);
+    // While b joins, a still holds what it took alone: only exclusivity is
+    // checked until b has its share.
+    *checker.alive.lock() = 1;
+    let settled = wait_for("b gets its share", 4 * RETRY, || rb.borrow().len() == fair_share(P, 2)).await;
+    eprintln!("second replica got {} plugins after {settled:?} (virtual)", fair_share(P, 2));
+    assert_eq!(ra.borrow().len(), P - fair_share(P, 2));
+    assert_eq!(a.stats().losses, 0, "a handed over, it lost nothing");
+    assert!(a.stats().releases >= 5);
+    *checker.alive.lock() = 2;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!((ra.borrow().len(), rb.borrow().len()), (P - fair_share(P, 2), fair_share(P, 2)), "stable once shared");
+
+    // Removing a plugin releases its lease.
+    let removed = keys()[0].clone();
+    let rest: Vec<String> = keys().into_iter().skip(1).collect();
+    a.set_plugins(rest.clone());
+    b.set_plugins(rest);
+    wait_for("the removed plugin released", 2 * RETRY, || {
+        !ra.borrow().contains(&removed) && !rb.borrow().contains(&removed) && holder_of(&server, &removed).is_none()
+    })
+    .await;
+    a.shutdown().await;
+    b.shutdown().await;
+    checker.assert_clean();
+    checker.task.abort();
+}

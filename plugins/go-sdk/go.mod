@@ -1,0 +1,3 @@
+module informerhost.dev/guest
+
+go 1.24

@@ -54,7 +54,7 @@ impl Log {
 }
 
 /// The built component of a plugin in `plugins/`: a Rust one from the
-/// cargo build, one in Python, JavaScript or C (`python-*`, `js-*`, `c-*`)
+/// cargo build, one in Python, JavaScript, C or Go (`python-*`, `js-*`, `c-*`, `go-*`)
 /// from [`other_language_wasm`].
 pub fn wasm(name: &str) -> PathBuf {
     if is_other_language(name) { other_language_wasm(name) } else { plugin_build::plugin_path(name) }
@@ -62,10 +62,10 @@ pub fn wasm(name: &str) -> PathBuf {
 
 /// Whether plugin `name` is built by `plugins/build-other-languages.sh`.
 pub fn is_other_language(name: &str) -> bool {
-    ["python-", "js-", "c-"].iter().any(|language| name.starts_with(language))
+    ["python-", "js-", "c-", "go-"].iter().any(|language| name.starts_with(language))
 }
 
-/// The component of the Python, JavaScript or C plugin in `plugins/<name>`,
+/// The component of the Python, JavaScript, C or Go plugin in `plugins/<name>`,
 /// built by `plugins/build-other-languages.sh <name>` once per process (the
 /// script rebuilds only what changed, and serializes concurrent runs).
 ///

@@ -1,6 +1,7 @@
 //! End to end: plugins written in Python (componentize-py), JavaScript
-//! (componentize-js) and C (clang for wasm32-wasi, wit-bindgen-c and
-//! wit-component through `tests/c-plugin-build`), built by
+//! (componentize-js), C (clang for wasm32-wasi, wit-bindgen-c and
+//! wit-component through `tests/c-plugin-build`) and Go (`go build` for
+//! wasip1 with `plugins/go-sdk`, componentized by the same tool), built by
 //! `plugins/build-other-languages.sh`, run side by side with their Rust twins
 //! on one real informer over the memory source, and must log exactly the
 //! same lines.
@@ -27,7 +28,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 /// The non-Rust recorders, by folder under `plugins/`.
-const RECORDERS: [&str; 3] = ["python-recorder", "js-recorder", "c-recorder"];
+const RECORDERS: [&str; 4] = ["python-recorder", "js-recorder", "c-recorder", "go-recorder"];
 
 /// Lines a plugin logged, with the instant and level of each.
 #[derive(Clone, Default)]
@@ -216,6 +217,11 @@ async fn exception_is_handled_like_a_rust_panic(other: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_recorder_logs_what_the_rust_recorder_logs() {
+    same_sequence_as_the_rust_recorder("go-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_exception_is_handled_like_a_rust_panic() {
     exception_is_handled_like_a_rust_panic("python-recorder").await;
 }
@@ -266,6 +272,11 @@ async fn returned_errors_are_results_not_traps(other: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_panic_is_handled_like_a_rust_panic() {
+    exception_is_handled_like_a_rust_panic("go-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_errors_are_results_not_traps() {
     returned_errors_are_results_not_traps("python-recorder").await;
 }
@@ -281,7 +292,13 @@ async fn c_errors_are_results_not_traps() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_label_audit_warns_like_the_rust_one() {
+async fn go_errors_are_results_not_traps() {
+    returned_errors_are_results_not_traps("go-recorder").await;
+}
+
+/// `other`, the twin of the Rust `label-audit`, logs the same warnings on
+/// the same sequence, and refuses a misspelt option as Rust does.
+async fn label_audit_warns_like_the_rust_one(other: &str) {
     let src = MemorySource::new();
     let labelled = |name: &str, labels: serde_json::Value| {
         src.apply(json!({
@@ -292,33 +309,33 @@ async fn python_label_audit_warns_like_the_rust_one() {
     };
     labelled("complete", json!({"app": "x", "team": "y"}));
     labelled("bare", json!({}));
-    let (rlog, plog) = (Log::default(), Log::default());
+    let (rlog, olog) = (Log::default(), Log::default());
     let config = json!({"required": ["app", "team"]}).to_string();
     let mut rs = spec("label-audit", &rlog);
     rs.config_json = config.clone();
     let rust = load(rs);
-    let mut ps = spec("python-label-audit", &plog);
-    ps.config_json = config;
-    let python = load(ps);
+    let mut os = spec(other, &olog);
+    os.config_json = config;
+    let theirs = load(os);
     let run = Running::start(&src);
-    let (rreg, preg) = (run.add(&rust), run.add(&python));
-    eventually("sync", || rreg.has_synced() && preg.has_synced()).await;
+    let (rreg, oreg) = (run.add(&rust), run.add(&theirs));
+    eventually("sync", || rreg.has_synced() && oreg.has_synced()).await;
     labelled("complete", json!({"app": "x"})); // update: loses `team`
     labelled("half", json!({"team": "y"}));
     src.delete("ns/bare");
     let delivered = |r: &Registration| r.stats().delivered.load(Ordering::Relaxed);
-    eventually("all delivered", || delivered(&rreg) == 5 && delivered(&preg) == 5).await;
+    eventually("all delivered", || delivered(&rreg) == 5 && delivered(&oreg) == 5).await;
     let expected = [
         (Level::Warn, "ConfigMap ns/bare is missing required labels: app, team".to_string()),
         (Level::Warn, "ConfigMap ns/complete is missing required labels: team".to_string()),
         (Level::Warn, "ConfigMap ns/half is missing required labels: app".to_string()),
     ];
-    assert_eq!(plog.leveled(), expected);
-    assert_eq!(plog.leveled(), rlog.leveled());
+    assert_eq!(olog.leveled(), expected, "{other}");
+    assert_eq!(olog.leveled(), rlog.leveled());
     run.stop().await;
 
     // A configuration error is refused at load, naming the plugin, as in Rust.
-    for plugin in ["label-audit", "python-label-audit"] {
+    for plugin in ["label-audit", other] {
         let mut s = spec(plugin, &Log::default());
         s.config_json = json!({"requried": ["app"]}).to_string();
         match try_load(s) {
@@ -330,6 +347,16 @@ async fn python_label_audit_warns_like_the_rust_one() {
             }
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_label_audit_warns_like_the_rust_one() {
+    label_audit_warns_like_the_rust_one("python-label-audit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_label_audit_warns_like_the_rust_one() {
+    label_audit_warns_like_the_rust_one("go-label-audit").await;
 }
 
 #[test]
@@ -350,7 +377,7 @@ fn the_build_script_is_idempotent_when_nothing_changed() {
         v
     };
     let before = outputs();
-    for plugin in RECORDERS.iter().chain(&["python-label-audit"]) {
+    for plugin in RECORDERS.iter().chain(&["python-label-audit", "go-label-audit", "go-memory-hog"]) {
         let file = format!("{}.wasm", plugin.replace('-', "_"));
         assert!(before.iter().any(|(p, _)| p.ends_with(Path::new(&file))), "no {file} in {before:?}");
     }
@@ -366,7 +393,7 @@ fn rss_bytes() -> u64 {
 
 /// The language of a plugin folder, by its prefix (Rust has none).
 fn language(plugin: &str) -> &'static str {
-    ["python", "js", "c"].into_iter().find(|l| plugin.starts_with(&format!("{l}-"))).unwrap_or("rust")
+    ["python", "js", "c", "go"].into_iter().find(|l| plugin.starts_with(&format!("{l}-"))).unwrap_or("rust")
 }
 
 /// What [`measure`] found for one plugin.
@@ -499,7 +526,7 @@ async fn bench_recorders_per_language() {
 #[ignore = "a benchmark: run by hand"]
 async fn bench_noop_and_metadata_per_language() {
     let mut rows = Vec::new();
-    for lang in ["rust", "python", "js", "c"] {
+    for lang in ["rust", "python", "js", "c", "go"] {
         for handler in ["noop", "metadata"] {
             let plugin = if lang == "rust" { handler.to_owned() } else { format!("{lang}-{handler}") };
             assert_eq!(language(&plugin), lang);

@@ -18,6 +18,7 @@ pub mod config;
 pub mod controller;
 pub mod coordination;
 pub mod informer;
+pub mod kube_plugins;
 pub mod metrics;
 pub mod names;
 pub mod oci;

@@ -3,6 +3,7 @@
 //! ```text
 //! informer-host run   [--config host.toml] [--metrics-addr 127.0.0.1:9464] [--kubeconfig F] [--context C]
 //! informer-host check [--config host.toml]
+//! informer-host crds                  # the Plugin and TenantPolicy CRDs, as YAML
 //! ```
 //!
 //! Logging: `--log-format text|json` (or `[host] log_format`), filtered by
@@ -59,6 +60,8 @@ enum Command {
     },
     /// Validate the config, compile and type-check every plugin, and print a table.
     Check,
+    /// Print the CustomResourceDefinitions of `Plugin` and `TenantPolicy` (YAML).
+    Crds,
 }
 
 fn main() -> ExitCode {
@@ -73,6 +76,10 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Crds = cli.command {
+        print!("{}", informer_host::kube_plugins::crds_yaml());
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = match Config::load(&cli.config) {
         Ok(c) => c,
         Err(e) => {
@@ -95,6 +102,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", report.render(&config));
             if report.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
+        Command::Crds => unreachable!("printed before the config is read"),
         Command::Run { metrics_addr, kubeconfig, context, shutdown_grace } => {
             app::init_logging(log_format);
             let opts = RunOptions { metrics_addr, kube: KubeOptions { kubeconfig, context }, shutdown_grace };

@@ -218,6 +218,17 @@ impl PluginRegistry {
         self.informers.write().insert(name.into(), informer);
     }
 
+    /// Forgets an informer no plugin uses any more (the caller stops it).
+    /// Refused while a plugin still handles its notifications.
+    pub fn remove_informer(&self, name: &str) -> Result<(), RegistryError> {
+        let plugins = self.plugins.lock();
+        if let Some((plugin, _)) = plugins.iter().find(|(_, e)| e.def.informer == name) {
+            return Err(RegistryError::Informer(format!("informer {name:?} still serves plugin {plugin:?}")));
+        }
+        self.informers.write().remove(name);
+        Ok(())
+    }
+
     pub fn informer(&self, name: &str) -> Option<SharedIndexInformer> {
         self.informers.read().get(name).cloned()
     }

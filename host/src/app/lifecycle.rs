@@ -27,7 +27,9 @@ use crate::admin::AdminServer;
 use crate::admin_api::{self, AdminConfig};
 use crate::config::{Config, DEFAULT_SHUTDOWN_GRACE, InformerConfig, PluginConfig};
 use crate::informer::{IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, ObjectRef, SharedIndexInformer};
+use crate::kube_plugins::{PluginResources, PluginResourcesOptions};
 use crate::metrics::{InformerEntry, Observed, Readiness};
+use crate::oci::{OciConfig, OciPuller};
 
 use super::format::{fmt_duration, fmt_size};
 use super::plugins::Plugins;
@@ -58,6 +60,15 @@ fn resync_check_period(informer: &InformerConfig, plugins: &[PluginConfig]) -> D
         .filter(|d| !d.is_zero())
         .map(|d| d.max(MINIMUM_RESYNC_PERIOD))
         .fold(informer.resync, Duration::min)
+}
+
+/// This replica's name: the pod's (`POD_NAME`, from the downward API in
+/// `deploy/`), else the host's.
+fn replica_identity() -> String {
+    ["POD_NAME", "HOSTNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "informer-host".into())
 }
 
 struct RunningInformer {
@@ -224,6 +235,33 @@ impl App {
         if !planned.is_empty() {
             let runtime = plugins.registry().map_err(AppError::Runtime)?.runtime().clone();
             plugins.controllers.start(planned, runtime, plugins.informers_by_name(), config, observed.clone());
+        }
+        // The cluster's Plugin resources, beside the file's plugins.
+        if let Some(pr) = &config.plugin_resources {
+            let client = sources.client().await.map_err(|message| AppError::Source {
+                at: config.file.display().to_string(),
+                name: "plugin_resources".into(),
+                source_kind: "kube",
+                message,
+            })?;
+            let registry = plugins.registry().map_err(AppError::Runtime)?;
+            let options = PluginResourcesOptions {
+                namespace: pr.namespace.clone(),
+                identity: pr.identity.clone().unwrap_or_else(replica_identity),
+                max_component_bytes: pr.max_component_size,
+                oci: Some(Arc::new(OciPuller::new(OciConfig {
+                    cache_dir: pr.oci_cache_dir.clone().unwrap_or_else(|| match &config.host.cache_dir {
+                        Some(dir) => dir.join("oci"),
+                        None => std::env::temp_dir().join("informer-host-oci"),
+                    }),
+                    max_bytes: pr.max_component_size as u64,
+                    plain_http: pr.plain_http_registries.clone(),
+                    ..OciConfig::new("")
+                }))),
+                ..PluginResourcesOptions::default()
+            };
+            tracing::info!(identity = %options.identity, "loading the cluster's Plugin resources");
+            PluginResources::start(client, registry, options, stop.child_token());
         }
         tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));
 

@@ -56,6 +56,19 @@ impl Sources {
         self.client.clone()
     }
 
+    /// The shared Kubernetes client, made from the kubeconfig (or the
+    /// in-cluster config) the first time it is asked for.
+    pub async fn client(&mut self) -> Result<::kube::Client, String> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let config = KubeSource::infer_config(self.kube.kubeconfig.as_deref(), self.kube.context.as_deref())
+            .await
+            .map_err(|e| e.to_string())?;
+        let client = ::kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
+        Ok(self.client.insert(client).clone())
+    }
+
     /// Every embedded cluster opened so far, by canonical directory.
     pub fn embedded_clusters(&self) -> &HashMap<PathBuf, Arc<EmbeddedCluster>> {
         &self.embedded
@@ -78,17 +91,7 @@ impl Sources {
                 Ok(Arc::new(cluster.view(filter)))
             }
             SourceConfig::Kube(k) => {
-                let client = match &self.client {
-                    Some(c) => c.clone(),
-                    None => {
-                        let config =
-                            KubeSource::infer_config(self.kube.kubeconfig.as_deref(), self.kube.context.as_deref())
-                                .await
-                                .map_err(|e| e.to_string())?;
-                        let client = ::kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
-                        self.client.insert(client).clone()
-                    }
-                };
+                let client = self.client().await?;
                 let mut resource = KubeResource {
                     group: k.group.clone(),
                     version: k.version.clone(),

@@ -97,6 +97,8 @@ pub struct Config {
     pub tenants: Vec<TenantConfig>,
     pub plugins: Vec<PluginConfig>,
     pub controllers: Vec<ControllerConfig>,
+    /// `[plugin_resources]`: load the cluster's `Plugin` resources too.
+    pub plugin_resources: Option<PluginResourcesConfig>,
 }
 
 /// `[host]`: process-wide settings (command-line flags override them).
@@ -571,7 +573,12 @@ macro_rules! read_table {
 pub mod controller;
 
 pub use controller::{CONTROLLER_GRANT_NAMES, ControllerConfig, RULE_VERBS};
+
+pub mod plugin_resources;
+
 use controller::{RawController, RawRule};
+pub use plugin_resources::PluginResourcesConfig;
+use plugin_resources::RawPluginResources;
 
 struct RawInformer {
     name: S<String>,
@@ -795,6 +802,7 @@ impl<'a> Cx<'a> {
             tenants: Vec::new(),
             plugins: Vec::new(),
             controllers: Vec::new(),
+            plugin_resources: None,
         };
         let (root, errors) = DeTable::parse_recoverable(self.text);
         if !errors.is_empty() {
@@ -850,11 +858,21 @@ impl<'a> Cx<'a> {
                         config.admin = self.admin(r, key.span());
                     }
                 }
+                "plugin_resources" => {
+                    let span = value.span();
+                    if !value.get_ref().is_table() {
+                        self.error(span, "`plugin_resources` must be a table: write `[plugin_resources]`");
+                        continue;
+                    }
+                    if let Some(r) = RawPluginResources::read(self.fields(value)) {
+                        config.plugin_resources = Some(self.plugin_resources(r));
+                    }
+                }
                 other => self.error(
                     key.span(),
                     format!(
                         "unknown section `{other}`, expected one of `[[informer]]`, `[[plugin]]`, \
-                         `[[controller]]`, `[[tenant]]`, `[host]`, `[admin]`"
+                         `[[controller]]`, `[[tenant]]`, `[host]`, `[admin]`, `[plugin_resources]`"
                     ),
                 ),
             }

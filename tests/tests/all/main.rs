@@ -19,5 +19,6 @@ mod kube_writer;
 mod metrics_exposition;
 mod oci;
 mod other_languages;
+mod plugin_resources;
 mod tenants;
 mod wasm_plugins;

@@ -1,0 +1,589 @@
+//! The controller of `Plugin` resources: it watches them (and the
+//! `TenantPolicy` resources and namespaces that decide what they may have)
+//! with the host's own informers, and makes the registry run what they say.
+//!
+//! This module owns that loop: a `Plugin` created is loaded, one whose
+//! component digest changed is hot-swapped (the registry's zero-loss swap),
+//! one whose settings changed is loaded again, one deleted or no longer
+//! allowed is unloaded; and each gets a status saying so. It owns the
+//! informers of the watched resources it starts for plugins (one per
+//! namespace and watch, shared, stopped when the last user goes). It does
+//! not decide what a plugin may have ([`super::policy`]) or how a component
+//! is read ([`super::component`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::{Api, Client, ResourceExt};
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info_span};
+
+use crate::informer::{FnHandler, InformerOptions, Notification, ObjectRef, SharedIndexInformer};
+use crate::oci::OciPuller;
+use crate::plugin::{Limits, LogSink, OnTrap, PluginSpec as RuntimeSpec};
+use crate::registry::{PluginDef, PluginRegistry, TenantPolicy as RegistryTenant, WasmSource};
+use crate::source::kube::{KubeResource, KubeSource, KubeSourceOptions};
+use crate::workqueue::{RateLimitingQueue, default_controller_rate_limiter};
+
+use super::component::{self, Fetched};
+use super::crd::{GROUP, Plugin, PluginCounters, TenantPolicy, VERSION, WatchSpec};
+use super::policy::{self, Effective, Refusal};
+use super::status::{self, Observed, Report};
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct PluginResourcesOptions {
+    /// Watch `Plugin`s of this namespace only; `None`: every namespace.
+    pub namespace: Option<String>,
+    /// This replica's name, written to each status it owns.
+    pub identity: String,
+    /// Limits of a plugin that neither it nor its policy sets.
+    pub defaults: Limits,
+    /// A component larger than this is refused.
+    pub max_component_bytes: usize,
+    /// Every `Plugin` is reconciled again this often (status counters,
+    /// components that changed under the same reference).
+    pub resync: Duration,
+    /// Where the plugins' log lines go; `None`: the host's log.
+    pub log_sink: Option<LogSink>,
+    /// Pulls `spec.component.oci`; `None`: OCI components are refused.
+    pub oci: Option<Arc<OciPuller>>,
+}
+
+impl Default for PluginResourcesOptions {
+    fn default() -> Self {
+        PluginResourcesOptions {
+            namespace: None,
+            identity: "informer-host".into(),
+            defaults: Limits::default(),
+            max_component_bytes: 32 << 20,
+            resync: Duration::from_secs(30),
+            log_sink: None,
+            oci: None,
+        }
+    }
+}
+
+/// A loaded plugin, as this controller loaded it.
+struct Loaded {
+    registry_name: String,
+    /// The settings it was loaded with; others mean a new load.
+    settings: String,
+    digest: String,
+    watch: String,
+}
+
+struct Watch {
+    users: usize,
+    stop: CancellationToken,
+}
+
+/// The running controller. Dropping it does not stop it: cancel the token
+/// given to [`PluginResources::start`].
+pub struct PluginResources {
+    client: Client,
+    registry: PluginRegistry,
+    options: PluginResourcesOptions,
+    plugins: SharedIndexInformer,
+    policies: SharedIndexInformer,
+    namespaces: SharedIndexInformer,
+    queue: Arc<RateLimitingQueue<String>>,
+    loaded: Mutex<HashMap<String, Loaded>>,
+    watches: Mutex<HashMap<String, Watch>>,
+    stop: CancellationToken,
+}
+
+impl PluginResources {
+    /// Starts the informers and the reconcile loop; returns at once.
+    pub fn start(
+        client: Client,
+        registry: PluginRegistry,
+        options: PluginResourcesOptions,
+        stop: CancellationToken,
+    ) -> Arc<PluginResources> {
+        let informer = |kind: &str, plural: &str, api_version: &str, namespace: Option<&str>, name: &str| {
+            let mut opts = KubeSourceOptions::default();
+            if let Some(ns) = namespace {
+                opts = opts.namespace(ns);
+            }
+            let resource = KubeResource::new(api_version, kind).with_plural(plural);
+            SharedIndexInformer::new(
+                KubeSource::new(client.clone(), &resource, opts),
+                InformerOptions { name: name.into(), ..Default::default() },
+            )
+        };
+        let gv = format!("{GROUP}/{VERSION}");
+        let this = Arc::new(PluginResources {
+            plugins: informer("Plugin", "plugins", &gv, options.namespace.as_deref(), "plugin-resources"),
+            policies: informer("TenantPolicy", "tenantpolicies", &gv, None, "tenant-policies"),
+            namespaces: informer("Namespace", "namespaces", "v1", None, "namespaces"),
+            client,
+            registry,
+            options,
+            queue: Arc::new(RateLimitingQueue::new(default_controller_rate_limiter())),
+            loaded: Mutex::new(HashMap::new()),
+            watches: Mutex::new(HashMap::new()),
+            stop,
+        });
+        this.clone().register_handlers();
+        for informer in [&this.plugins, &this.policies, &this.namespaces] {
+            let (informer, stop) = (informer.clone(), this.stop.child_token());
+            let span = info_span!("informer", name = %informer.name());
+            tokio::spawn(async move { informer.run(stop).await }.instrument(span));
+        }
+        tokio::spawn(this.clone().run());
+        this
+    }
+
+    /// The `Plugin`s loaded now, by `namespace/name`, with their registry
+    /// names.
+    pub fn loaded(&self) -> BTreeMap<String, String> {
+        self.loaded.lock().iter().map(|(k, l)| (k.clone(), l.registry_name.clone())).collect()
+    }
+
+    /// Whether the informers of plugins, policies and namespaces synced.
+    pub fn has_synced(&self) -> bool {
+        self.plugins.has_synced() && self.policies.has_synced() && self.namespaces.has_synced()
+    }
+
+    fn register_handlers(self: Arc<Self>) {
+        let queue = self.queue.clone();
+        let resync = self.options.resync;
+        let on_plugin = FnHandler(move |n: &Notification| {
+            match n {
+                // Status writes (ours) change neither generation nor
+                // labels: not a reason to reconcile, or every status write
+                // would be followed by another.
+                Notification::Update { old, new } if !wants_reconcile(old, new) => {}
+                _ => queue.add(n.key().to_string()),
+            }
+            Ok(())
+        });
+        let registered = self.plugins.add_event_handler_with_resync_period(on_plugin, resync);
+        let everything = |this: &Arc<Self>| {
+            let weak = Arc::downgrade(this);
+            FnHandler(move |_: &Notification| {
+                if let Some(this) = weak.upgrade() {
+                    this.plugins.store().list_keys().into_iter().for_each(|k| this.queue.add(k));
+                }
+                Ok(())
+            })
+        };
+        let policies = self.policies.add_event_handler(everything(&self));
+        let namespaces = self.namespaces.add_event_handler(everything(&self));
+        for r in [registered.err(), policies.err(), namespaces.err()].into_iter().flatten() {
+            tracing::error!("plugin resources: cannot register a handler: {r}");
+        }
+    }
+
+    async fn run(self: Arc<Self>) {
+        // client-go's WaitForCacheSync: a plugin judged before the policies
+        // are known would be refused for no reason.
+        while !self.has_synced() {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+        tracing::info!("plugin resources: informers synced, reconciling");
+        loop {
+            let key = tokio::select! {
+                _ = self.stop.cancelled() => break,
+                k = self.queue.get() => match k { Some(k) => k, None => break },
+            };
+            let span = info_span!("plugin_resource", key = %key);
+            let next = self.reconcile(&key).instrument(span).await;
+            match next {
+                Next::Done => self.queue.forget(&key),
+                Next::Retry => self.queue.add_rate_limited(key.clone()),
+                Next::After(d) => {
+                    self.queue.forget(&key);
+                    self.queue.add_after(key.clone(), d)
+                }
+            }
+            self.queue.done(&key);
+        }
+        self.queue.shutdown();
+        let keys: Vec<String> = self.loaded.lock().keys().cloned().collect();
+        for key in keys {
+            self.unload(&key);
+        }
+    }
+
+    async fn reconcile(&self, key: &str) -> Next {
+        let Some(obj) = self.plugins.store().get(key) else {
+            self.unload(key);
+            return Next::Done;
+        };
+        let plugin: Plugin = match obj.parse() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("cannot read Plugin {key}: {e}");
+                self.unload(key);
+                return Next::Done;
+            }
+        };
+        let namespace = plugin.namespace().unwrap_or_default();
+        let policies: Vec<TenantPolicy> = self.policies.store().list().iter().filter_map(|o| o.parse().ok()).collect();
+        let labels: Option<BTreeMap<String, String>> = self
+            .namespaces
+            .store()
+            .get(&namespace)
+            .map(|ns| ns.labels().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let admitted = policy::policy_for(&namespace, labels.as_ref(), &policies)
+            .and_then(|p| policy::admit(&plugin.spec, p, &self.options.defaults));
+        let effective = match admitted {
+            Ok(e) => e,
+            Err(refusal) => {
+                self.unload(key);
+                self.write_status(&plugin, self.refused(&plugin, &refusal)).await;
+                return Next::Done;
+            }
+        };
+        let fetched = match component::fetch(
+            &self.client,
+            self.options.oci.as_deref(),
+            &namespace,
+            &plugin.spec.component,
+            self.options.max_component_bytes,
+        )
+        .await
+        {
+            Ok(f) => f,
+            Err(refusal) => {
+                // A version already running keeps serving; the failure is
+                // a degradation, retried with backoff.
+                let report = match self.loaded_name(key) {
+                    Some(name) => {
+                        let mut r = self.running(&plugin, &name);
+                        r.degraded = Observed::yes(refusal.reason, refusal.message.clone());
+                        r
+                    }
+                    None => self.refused(&plugin, &refusal),
+                };
+                self.write_status(&plugin, report).await;
+                return Next::Retry;
+            }
+        };
+        match self.apply(key, &plugin, &effective, fetched).await {
+            Ok(name) => {
+                let report = self.running(&plugin, &name);
+                let synced = report.synced.status == "True";
+                self.write_status(&plugin, report).await;
+                // Synced is observed, not notified: look again soon.
+                if synced { Next::Done } else { Next::After(Duration::from_secs(1)) }
+            }
+            Err((refusal, retry)) => {
+                let report = match self.loaded_name(key) {
+                    Some(name) => {
+                        let mut r = self.running(&plugin, &name);
+                        r.degraded = Observed::yes(refusal.reason, refusal.message.clone());
+                        r
+                    }
+                    None => self.refused(&plugin, &refusal),
+                };
+                self.write_status(&plugin, report).await;
+                if retry { Next::Retry } else { Next::Done }
+            }
+        }
+    }
+
+    /// Makes the registry run `plugin` as `effective` with `fetched`:
+    /// load, swap or load again. Returns the registry name.
+    async fn apply(
+        &self,
+        key: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        fetched: Fetched,
+    ) -> Result<String, (Refusal, bool)> {
+        let namespace = plugin.namespace().unwrap_or_default();
+        let settings = settings_key(&namespace, &plugin.spec.watch, effective);
+        let current =
+            self.loaded.lock().get(key).map(|l| (l.registry_name.clone(), l.settings.clone(), l.digest.clone()));
+        match current {
+            Some((name, s, d)) if s == settings && d == fetched.digest => Ok(name),
+            Some((name, s, _)) if s == settings => {
+                let registry = self.registry.clone();
+                let (n, bytes) = (name.clone(), fetched.bytes);
+                let swapped = tokio::task::spawn_blocking(move || registry.swap(&n, WasmSource::Bytes(bytes))).await;
+                match swapped {
+                    Ok(Ok(_)) => {
+                        tracing::info!(digest = %fetched.digest, "swapped to a new version");
+                        if let Some(l) = self.loaded.lock().get_mut(key) {
+                            l.digest = fetched.digest;
+                        }
+                        Ok(name)
+                    }
+                    Ok(Err(e)) => Err((Refusal { reason: "SwapFailed", message: e.to_string() }, false)),
+                    Err(e) => Err((Refusal { reason: "SwapFailed", message: e.to_string() }, true)),
+                }
+            }
+            other => {
+                if other.is_some() {
+                    tracing::info!("settings changed: loading again");
+                    self.unload(key);
+                }
+                self.load(key, plugin, effective, settings, fetched).await
+            }
+        }
+    }
+
+    async fn load(
+        &self,
+        key: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        settings: String,
+        fetched: Fetched,
+    ) -> Result<String, (Refusal, bool)> {
+        let namespace = plugin.namespace().unwrap_or_default();
+        let name = registry_name(&namespace, &plugin.name_any());
+        let watch = self.acquire_watch(&namespace, &plugin.spec.watch);
+        let ns = namespace.clone();
+        self.registry.set_tenant(
+            namespace.clone(),
+            RegistryTenant {
+                visibility: Arc::new(move |o: &crate::informer::Object| o.namespace() == Some(ns.as_str())),
+                max_plugins: effective.max_plugins,
+                fuel_per_call: None,
+                deadline_per_call: None,
+                memory_bytes: None,
+                max_pending: None,
+            },
+        );
+        let mut spec = RuntimeSpec::new(name.clone(), PathBuf::from(&fetched.origin));
+        spec.tenant = Some(namespace.clone());
+        spec.config_json = effective.config_json.clone();
+        spec.limits = effective.limits.clone();
+        spec.grants = effective.grants.clone();
+        spec.on_trap = OnTrap::Continue;
+        spec.log_sink = self.options.log_sink.clone();
+        let def = PluginDef {
+            spec,
+            informer: watch.clone(),
+            resync: effective.resync,
+            on_swap: effective.on_swap,
+            visibility: None,
+            max_pending: effective.max_pending,
+        };
+        let registry = self.registry.clone();
+        let bytes = fetched.bytes;
+        let loaded = tokio::task::spawn_blocking(move || registry.load_bytes(def, &bytes)).await;
+        match loaded {
+            Ok(Ok(_)) => {
+                tracing::info!(plugin = %name, digest = %fetched.digest, "loaded");
+                let l = Loaded { registry_name: name.clone(), settings, digest: fetched.digest, watch };
+                self.loaded.lock().insert(key.to_string(), l);
+                Ok(name)
+            }
+            Ok(Err(e)) => {
+                self.release_watch(&watch);
+                let full = matches!(e, crate::registry::RegistryError::TenantFull { .. });
+                let reason = if full { "TenantFull" } else { "LoadFailed" };
+                // A full tenant may have room later (a deletion requeues
+                // the namespace); a component that fails to load does not
+                // change until its spec does.
+                Err((Refusal { reason, message: e.to_string() }, full))
+            }
+            Err(e) => {
+                self.release_watch(&watch);
+                Err((Refusal { reason: "LoadFailed", message: e.to_string() }, true))
+            }
+        }
+    }
+
+    fn unload(&self, key: &str) {
+        let Some(l) = self.loaded.lock().remove(key) else { return };
+        if let Err(e) = self.registry.unload(&l.registry_name) {
+            tracing::warn!(plugin = %l.registry_name, "unloading: {e}");
+        }
+        tracing::info!(plugin = %l.registry_name, "unloaded");
+        self.release_watch(&l.watch);
+        // A plugin refused because its tenant was full may fit now.
+        let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+        for k in self.plugins.store().list_keys() {
+            if k.split_once('/').is_some_and(|(ns, _)| ns == namespace) && !self.loaded.lock().contains_key(&k) {
+                self.queue.add(k);
+            }
+        }
+    }
+
+    /// The informer of `watch` in `namespace`, started when first needed.
+    fn acquire_watch(&self, namespace: &str, watch: &WatchSpec) -> String {
+        let name = watch_name(namespace, watch);
+        let mut watches = self.watches.lock();
+        if let Some(w) = watches.get_mut(&name) {
+            w.users += 1;
+            return name;
+        }
+        let mut opts = KubeSourceOptions::default().namespace(namespace);
+        opts.label_selector = watch.label_selector.clone();
+        opts.field_selector = watch.field_selector.clone();
+        let source =
+            KubeSource::discovered(self.client.clone(), &KubeResource::new(&watch.api_version, &watch.kind), opts);
+        let informer = SharedIndexInformer::new(
+            source,
+            InformerOptions { name: name.clone(), default_resync_period: Duration::from_secs(1), ..Default::default() },
+        );
+        self.registry.add_informer(name.clone(), informer.clone());
+        let stop = self.stop.child_token();
+        let span = info_span!("informer", name = %name);
+        tracing::info!(informer = %name, "watching {} {} in {namespace}", watch.api_version, watch.kind);
+        tokio::spawn({
+            let stop = stop.clone();
+            async move { informer.run(stop).await }.instrument(span)
+        });
+        watches.insert(name.clone(), Watch { users: 1, stop });
+        name
+    }
+
+    fn release_watch(&self, name: &str) {
+        let mut watches = self.watches.lock();
+        let Some(w) = watches.get_mut(name) else { return };
+        w.users -= 1;
+        if w.users == 0 {
+            if let Err(e) = self.registry.remove_informer(name) {
+                tracing::warn!(informer = %name, "not stopped: {e}");
+                return;
+            }
+            w.stop.cancel();
+            watches.remove(name);
+        }
+    }
+
+    fn loaded_name(&self, key: &str) -> Option<String> {
+        self.loaded.lock().get(key).map(|l| l.registry_name.clone())
+    }
+
+    fn refused(&self, plugin: &Plugin, refusal: &Refusal) -> Report {
+        Report {
+            generation: plugin.metadata.generation,
+            ready: Observed::no(refusal.reason, refusal.message.clone()),
+            synced: Observed::no("NotLoaded", "the plugin is not loaded"),
+            degraded: Observed::no("NotLoaded", ""),
+            digest: None,
+            replica: Some(self.options.identity.clone()),
+            counters: None,
+        }
+    }
+
+    fn running(&self, plugin: &Plugin, name: &str) -> Report {
+        let digest = self.loaded.lock().values().find(|l| l.registry_name == name).map(|l| l.digest.clone());
+        let st = self.registry.get(name);
+        let (synced, degraded, counters) = match &st {
+            Some(s) => (
+                if s.synced {
+                    Observed::yes("Synced", "every cached object was delivered")
+                } else {
+                    Observed::no("Syncing", format!("{} notifications pending", s.pending))
+                },
+                match (&s.last_error, s.crashed) {
+                    (Some(e), n) if n > 0 => Observed::yes("HandlerCrashed", format!("{n} crashes; last: {e}")),
+                    _ => Observed::no("Healthy", ""),
+                },
+                Some(PluginCounters {
+                    delivered: s.delivered,
+                    failed: s.failed,
+                    crashed: s.crashed,
+                    pending: s.pending as u64,
+                    swaps: s.swaps,
+                }),
+            ),
+            None => (Observed::unknown("NotLoaded", ""), Observed::no("NotLoaded", ""), None),
+        };
+        Report {
+            generation: plugin.metadata.generation,
+            ready: Observed::yes("Loaded", format!("running {}", digest.as_deref().unwrap_or("?"))),
+            synced,
+            degraded,
+            digest,
+            replica: Some(self.options.identity.clone()),
+            counters,
+        }
+    }
+
+    async fn write_status(&self, plugin: &Plugin, report: Report) {
+        let new = status::build(plugin.status.as_ref(), &report);
+        if !status::changed(plugin.status.as_ref(), &new) {
+            return;
+        }
+        let namespace = plugin.namespace().unwrap_or_default();
+        let api: Api<Plugin> = Api::namespaced(self.client.clone(), &namespace);
+        if let Err(e) = status::write(&api, &plugin.name_any(), &new).await {
+            // The next reconcile (resync, or a change) writes it again.
+            tracing::warn!("cannot write the status of Plugin {namespace}/{}: {e}", plugin.name_any());
+        }
+    }
+}
+
+enum Next {
+    Done,
+    Retry,
+    After(Duration),
+}
+
+/// Whether an update of a `Plugin` is one to act on: a resync (same
+/// object), a new generation (its spec) or new labels; not a status write.
+fn wants_reconcile(old: &ObjectRef, new: &ObjectRef) -> bool {
+    let generation = |o: &ObjectRef| o.pointer_value("/metadata/generation");
+    old.resource_version() == new.resource_version()
+        || generation(old) != generation(new)
+        || old.labels().ne(new.labels())
+        || old.pointer_value("/metadata/deletionTimestamp") != new.pointer_value("/metadata/deletionTimestamp")
+}
+
+/// The registry's name of a `Plugin`: a DNS label, unique per namespace
+/// and name (a hash of both), readable (the name's start).
+pub fn registry_name(namespace: &str, name: &str) -> String {
+    let hash = hex::encode(Sha256::digest(format!("{namespace}/{name}")));
+    let base: String = name.chars().map(|c| if c == '.' { '-' } else { c }).take(50).collect();
+    format!("{}-{}", base.trim_end_matches('-'), &hash[..8])
+}
+
+/// The informer name of one watch in one namespace.
+fn watch_name(namespace: &str, w: &WatchSpec) -> String {
+    let text = format!(
+        "{namespace}\0{}\0{}\0{}\0{}",
+        w.api_version,
+        w.kind,
+        w.label_selector.as_deref().unwrap_or(""),
+        w.field_selector.as_deref().unwrap_or("")
+    );
+    format!("w-{}", &hex::encode(Sha256::digest(text))[..12])
+}
+
+/// Everything but the component that a running plugin was loaded with.
+fn settings_key(namespace: &str, watch: &WatchSpec, e: &Effective) -> String {
+    format!(
+        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}",
+        watch_name(namespace, watch),
+        e.limits,
+        e.grants,
+        e.resync,
+        e.on_swap,
+        e.max_pending,
+        e.config_json
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_names_are_dns_labels_unique_per_namespace() {
+        let a = registry_name("team-a", "recorder");
+        let b = registry_name("team-b", "recorder");
+        assert_ne!(a, b);
+        assert!(a.starts_with("recorder-"));
+        let long = registry_name("ns", &format!("{}.example", "x".repeat(240)));
+        for n in [&a, &b, &long] {
+            crate::names::check("plugin", n).unwrap();
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! `Plugin` and `TenantPolicy` resources against the loopback API server:
+//! the CRDs applied as a platform team applies `deploy/crds/`, a tenant's
+//! Plugin loaded from a ConfigMap key, its status, a new component swapped
+//! with nothing lost, deletion unloading it, and a spec over its tenant's
+//! policy refused with the limit named.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2e::apiserver::{ApiServer, config_map};
+use e2e::oci_registry::{Artifact, OciRegistry};
+use e2e::plugins::{Log, runtime, wasm};
+use e2e::wait_until;
+use informer_host::kube_plugins::crd::{
+    ComponentSource, Grant, KeySelector, LimitsSpec, OciSource, PluginSpec, TenantPolicySpec, WatchSpec,
+};
+use informer_host::kube_plugins::{Plugin, PluginResources, PluginResourcesOptions, TenantPolicy, crds};
+use informer_host::oci::{OciConfig, OciPuller};
+use informer_host::registry::PluginRegistry;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+const NS: &str = "team-a";
+/// Loading compiles a component; on a loaded CI machine that takes seconds.
+const LOAD: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    server: ApiServer,
+    client: kube::Client,
+    registry: PluginRegistry,
+    resources: Arc<PluginResources>,
+    log: Log,
+    stop: CancellationToken,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The server with the CRDs, namespace `team-a`, its policy (memory ≤
+/// 32Mi, grant `log` only), a ConfigMap `components` holding `swap-v1` and
+/// `swap-v2`, and the controller running.
+async fn cluster() -> Cluster {
+    cluster_pulling(None).await
+}
+
+async fn cluster_pulling(oci: Option<Arc<OciPuller>>) -> Cluster {
+    let server = ApiServer::start().await;
+    let client = server.client();
+    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds() {
+        crd_api.create(&PostParams::default(), &crd).await.expect("CRD created");
+    }
+    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).unwrap();
+    let policies: Api<TenantPolicy> = Api::all(client.clone());
+    let policy = TenantPolicy::new(
+        "team-a",
+        TenantPolicySpec {
+            namespaces: vec![NS.into()],
+            namespace_labels: None,
+            max_plugins: Some(2),
+            limits: LimitsSpec { fuel_per_call: None, deadline: Some("2s".into()), memory: Some("32Mi".into()) },
+            max_pending: None,
+            allowed_grants: vec![Grant::Log],
+        },
+    );
+    policies.create(&PostParams::default(), &policy).await.expect("policy created");
+    let components: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("components".into());
+    cm.binary_data = Some(
+        [("v1.wasm", "swap-v1"), ("v2.wasm", "swap-v2")]
+            .into_iter()
+            .map(|(k, p)| (k.to_string(), ByteString(std::fs::read(wasm(p)).expect("built plugin"))))
+            .collect(),
+    );
+    components.create(&PostParams::default(), &cm).await.expect("components stored");
+
+    let registry = PluginRegistry::new(runtime());
+    let log = Log::default();
+    let stop = CancellationToken::new();
+    let options = PluginResourcesOptions {
+        identity: "replica-0".into(),
+        log_sink: Some(log.sink()),
+        oci,
+        ..PluginResourcesOptions::default()
+    };
+    let resources = PluginResources::start(client.clone(), registry.clone(), options, stop.clone());
+    Cluster { server, client, registry, resources, log, stop }
+}
+
+fn recorder_spec(key: &str) -> PluginSpec {
+    PluginSpec {
+        component: ComponentSource {
+            config_map: Some(KeySelector { name: "components".into(), key: key.into() }),
+            ..Default::default()
+        },
+        watch: WatchSpec {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            label_selector: Some("app=watched".into()),
+            field_selector: None,
+        },
+        resync: None,
+        limits: LimitsSpec::default(),
+        grants: vec![Grant::Log],
+        config: None,
+        on_swap: None,
+        max_pending: None,
+    }
+}
+
+impl Cluster {
+    fn plugins(&self) -> Api<Plugin> {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    fn status(&self, name: &str) -> Value {
+        self.server
+            .get("informer-host.dev/v1alpha1", "Plugin", Some(NS), name)
+            .map(|p| p["status"].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    fn condition(&self, name: &str, ty: &str) -> Option<(String, String, String)> {
+        let status = self.status(name);
+        let c = status["conditions"].as_array()?.iter().find(|c| c["type"] == ty)?.clone();
+        let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+        Some((s("status"), s("reason"), s("message")))
+    }
+
+    async fn until(&self, what: &str, mut cond: impl FnMut(&Cluster) -> bool) {
+        if !wait_until(LOAD, || cond(self)).await {
+            panic!("timed out waiting for {what}; status: {}; log: {:?}", self.status("rec"), self.log.lines());
+        }
+    }
+
+    fn watched(&self, name: &str) {
+        self.server.create(config_map(NS, name, &[("app", "watched")], &[("k", "v")])).unwrap();
+    }
+}
+
+fn digest(plugin: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(std::fs::read(wasm(plugin)).unwrap())))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_resource_loads_reports_its_status_swaps_without_loss_and_unloads() {
+    let c = cluster().await;
+    c.watched("a");
+    c.plugins().create(&PostParams::default(), &Plugin::new("rec", recorder_spec("v1.wasm"))).await.unwrap();
+
+    c.until("Ready and Synced", |c| {
+        c.condition("rec", "Ready").is_some_and(|r| r.0 == "True")
+            && c.condition("rec", "Synced").is_some_and(|s| s.0 == "True")
+    })
+    .await;
+    let status = c.status("rec");
+    assert_eq!(status["digest"], digest("swap-v1"));
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(status["replica"], "replica-0");
+    assert_eq!(c.condition("rec", "Degraded").unwrap().0, "False");
+    assert!(c.log.events().iter().any(|l| l.starts_with("v1 ") && l.contains("team-a/a")), "{:?}", c.log.events());
+    c.watched("b");
+    c.until("v1 sees b", |c| c.log.events().iter().any(|l| l.starts_with("v1 ") && l.contains("team-a/b"))).await;
+
+    // A new component: the same plugin, swapped between two notifications.
+    let patch = json!({"spec": {"component": {"configMap": {"name": "components", "key": "v2.wasm"}}}});
+    c.plugins().patch("rec", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    for name in ["c", "d", "e"] {
+        c.watched(name);
+    }
+    c.until("the v2 digest", |c| c.status("rec")["digest"] == digest("swap-v2")).await;
+    c.watched("f");
+    c.until("v2 sees f", |c| c.log.events().iter().any(|l| l.starts_with("v2 ") && l.contains("team-a/f"))).await;
+    // Every object arrived exactly once, whichever version handled it.
+    let events = c.log.events();
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        let n = events.iter().filter(|l| l.contains(&format!("team-a/{name} "))).count();
+        assert_eq!(n, 1, "object {name}: {events:?}");
+    }
+    assert_eq!(c.status("rec")["observedGeneration"], 2);
+    assert_eq!(c.registry.list().len(), 1);
+
+    // Deleting it unloads it and stops the informer it alone used.
+    c.plugins().delete("rec", &DeleteParams::default()).await.unwrap();
+    c.until("unloaded", |c| c.registry.list().is_empty()).await;
+    assert!(c.resources.loaded().is_empty());
+    assert!(c.registry.informers().is_empty(), "the watch informer is stopped and forgotten");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_over_its_tenant_policy_is_refused_naming_the_limit() {
+    let c = cluster().await;
+    let mut greedy = recorder_spec("v1.wasm");
+    greedy.limits.memory = Some("128Mi".into());
+    c.plugins().create(&PostParams::default(), &Plugin::new("rec", greedy)).await.unwrap();
+    c.until("Ready=False", |c| c.condition("rec", "Ready").is_some_and(|r| r.0 == "False")).await;
+    let (_, reason, message) = c.condition("rec", "Ready").unwrap();
+    assert_eq!(reason, "OverTenantPolicy");
+    assert!(
+        message.contains("spec.limits.memory 128Mi exceeds the cap of TenantPolicy \"team-a\" (32Mi)"),
+        "{message}"
+    );
+    assert!(c.registry.list().is_empty(), "nothing loads");
+
+    // Lowering it (a new generation) loads it.
+    let patch = json!({"spec": {"limits": {"memory": "16Mi"}}});
+    c.plugins().patch("rec", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    c.until("Ready=True", |c| c.condition("rec", "Ready").is_some_and(|r| r.0 == "True")).await;
+    assert_eq!(c.registry.list().len(), 1);
+
+    // A grant the policy does not allow.
+    let mut clocks = recorder_spec("v1.wasm");
+    clocks.grants.push(Grant::Clocks);
+    c.plugins().create(&PostParams::default(), &Plugin::new("timed", clocks)).await.unwrap();
+    c.until("timed refused", |c| c.condition("timed", "Ready").is_some_and(|r| r.1 == "GrantNotAllowed")).await;
+
+    // A namespace no policy matches.
+    c.server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "stray"}})).unwrap();
+    let stray: Api<Plugin> = Api::namespaced(c.client.clone(), "stray");
+    stray.create(&PostParams::default(), &Plugin::new("rec", recorder_spec("v1.wasm"))).await.unwrap();
+    let refused = || {
+        c.server.get("informer-host.dev/v1alpha1", "Plugin", Some("stray"), "rec").is_some_and(|p| {
+            p["status"]["conditions"].as_array().is_some_and(|cs| cs.iter().any(|c| c["reason"] == "NoTenantPolicy"))
+        })
+    };
+    assert!(wait_until(LOAD, refused).await, "no policy: refused");
+    assert_eq!(c.registry.list().len(), 1, "only the allowed plugin runs");
+
+    // A missing component is a condition naming it.
+    let mut missing = recorder_spec("v3.wasm");
+    missing.watch.label_selector = None;
+    c.plugins().create(&PostParams::default(), &Plugin::new("missing", missing)).await.unwrap();
+    c.until("missing refused", |c| c.condition("missing", "Ready").is_some_and(|r| r.1 == "ComponentNotFound")).await;
+    let (_, _, message) = c.condition("missing", "Ready").unwrap();
+    assert!(message.contains("ConfigMap \"components\" in namespace \"team-a\" has no key \"v3.wasm\""), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_from_an_oci_registry_loads_and_a_new_digest_swaps_it() {
+    let registry = OciRegistry::start().await;
+    let v1 = registry.push("team-a/rec:v1", &Artifact::wasm(std::fs::read(wasm("swap-v1")).unwrap())).await;
+    let v2 = registry.push("team-a/rec:v2", &Artifact::wasm(std::fs::read(wasm("swap-v2")).unwrap())).await;
+    let cache = tempfile::tempdir().unwrap();
+    let puller = OciPuller::new(OciConfig { plain_http: vec![registry.host()], ..OciConfig::new(cache.path()) });
+    let c = cluster_pulling(Some(Arc::new(puller))).await;
+    c.watched("a");
+    let mut spec = recorder_spec("unused");
+    spec.component = ComponentSource {
+        oci: Some(OciSource { reference: v1.digest_reference.clone(), pull_secret: None }),
+        ..Default::default()
+    };
+    c.plugins().create(&PostParams::default(), &Plugin::new("rec", spec)).await.unwrap();
+    c.until("Ready from the registry", |c| c.condition("rec", "Ready").is_some_and(|r| r.0 == "True")).await;
+    assert_eq!(c.status("rec")["digest"], v1.digest.as_str());
+    c.until("v1 sees a", |c| c.log.events().iter().any(|l| l.starts_with("v1 ") && l.contains("team-a/a"))).await;
+
+    let patch = json!({"spec": {"component": {"oci": {"reference": v2.digest_reference}}}});
+    c.plugins().patch("rec", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    c.until("the v2 digest", |c| c.status("rec")["digest"] == v2.digest.as_str()).await;
+    c.watched("b");
+    c.until("v2 sees b", |c| c.log.events().iter().any(|l| l.starts_with("v2 ") && l.contains("team-a/b"))).await;
+    assert_eq!(c.registry.list()[0].swaps, 1, "swapped, not loaded again");
+
+    // A reference that does not exist: the running version keeps serving,
+    // the plugin is Degraded with the registry's answer.
+    let missing = format!("{}/team-a/rec:v3", registry.host());
+    let patch = json!({"spec": {"component": {"oci": {"reference": missing}}}});
+    c.plugins().patch("rec", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    c.until("Degraded NotFound", |c| {
+        c.condition("rec", "Degraded").is_some_and(|d| d.0 == "True" && d.1 == "NotFound")
+    })
+    .await;
+    assert_eq!(c.condition("rec", "Ready").unwrap().0, "True");
+    assert_eq!(c.status("rec")["digest"], v2.digest.as_str());
+}

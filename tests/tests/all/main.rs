@@ -12,6 +12,7 @@ mod app_controllers;
 mod controllers;
 mod coordination;
 mod example_controllers;
+mod go_plugins;
 mod hostile;
 mod hot_swap;
 mod kube_source;

@@ -1,0 +1,113 @@
+//! End to end: Go's runtime in the sandbox. Go plugins (`plugins/go-*`,
+//! built with `plugins/go-sdk` by `plugins/build-other-languages.sh`) start
+//! without the `clocks` grant (their monotonic clock only counts reads),
+//! die cleanly when their heap outgrows the memory cap while the host
+//! keeps serving the others, and read objects through every accessor of
+//! the SDK. The recorder's side-by-side and panic tests are in
+//! `other_languages`.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use e2e::eventually;
+use e2e::plugins::{Log, Running, runtime, spec};
+use informer_host::plugin::{Grants, Limits};
+use informer_host::source::MemorySource;
+use serde_json::json;
+
+fn cm(src: &MemorySource, name: &str, v: &str) {
+    src.apply_config_map("ns", name, v).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_runtime_starts_with_and_without_the_clocks_grant() {
+    let rt = runtime();
+    for clocks in [false, true] {
+        let log = Log::default();
+        let mut s = spec("go-recorder", "go-recorder", &log);
+        s.grants = Grants { log: true, clocks, ..Grants::default() };
+        let plugin = rt.load(s).unwrap_or_else(|e| panic!("clocks={clocks}: {e}"));
+        // The load's probe instance, then one more.
+        let _handler = plugin.handler(None).unwrap_or_else(|e| panic!("clocks={clocks}: {e}"));
+        assert_eq!(log.lines(), ["init {}", "init {}"], "clocks={clocks}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_heap_past_the_memory_cap_traps_and_the_host_keeps_serving_others() {
+    let src = MemorySource::new();
+    let (hlog, rlog) = (Log::default(), Log::default());
+    let rt = runtime();
+    let mut s = spec("go-memory-hog", "go-memory-hog", &hlog);
+    s.config_json = json!({"name": "hog"}).to_string();
+    s.limits =
+        Limits { memory_bytes: 48 << 20, fuel_per_call: None, deadline_per_call: Duration::from_secs(10), ..s.limits };
+    let hog = rt.load(s).unwrap();
+    let recorder = rt.load(spec("go-recorder", "go-recorder", &rlog)).unwrap();
+    let run = Running::start(&src);
+    let (hreg, rreg) = (run.add(&hog), run.add(&recorder));
+    eventually("sync", || hreg.has_synced() && rreg.has_synced()).await;
+    for i in 0..3 {
+        cm(&src, "hog", &i.to_string());
+    }
+    cm(&src, "fine", "1");
+    eventually("delivery after the traps", || !hlog.events().is_empty() && rlog.events().len() >= 4).await;
+    assert_eq!(hlog.events(), ["add ns/fine rv=4 initial=false"]);
+    assert_eq!(hog.stats.traps_memory.load(Ordering::Relaxed), 3, "three memory traps");
+    assert_eq!(hreg.stats().crashed.load(Ordering::Relaxed), 3);
+    // The other Go plugin, in the same host, saw everything, untroubled.
+    assert_eq!(
+        rlog.events(),
+        [
+            "add ns/hog rv=1 initial=false",
+            "update ns/hog rv=1->2",
+            "update ns/hog rv=2->3",
+            "add ns/fine rv=4 initial=false"
+        ]
+    );
+    assert_eq!(rreg.stats().crashed.load(Ordering::Relaxed), 0);
+    run.stop().await;
+}
+
+/// Every accessor of the SDK agrees with the object's body (the recorder's
+/// `check_json` returns an error otherwise), through objects far larger
+/// than one page and many calls reusing the SDK's arena.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_accessors_agree_with_the_body_for_small_and_large_objects() {
+    let src = MemorySource::new();
+    let log = Log::default();
+    let rt = runtime();
+    let mut s = spec("go-recorder", "go-recorder", &log);
+    s.config_json = json!({"check_json": true}).to_string();
+    // Decoding the 3 MiB object with encoding/json (twice for its update)
+    // takes more than the default 100 million fuel: this test is about
+    // the accessors, not the budget.
+    s.limits = Limits { fuel_per_call: None, deadline_per_call: Duration::from_secs(10), ..s.limits };
+    let plugin = rt.load(s).unwrap();
+    let run = Running::start(&src);
+    let reg = run.add(&plugin);
+    eventually("sync", || reg.has_synced()).await;
+    let big = "x".repeat(3 << 20);
+    src.apply(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "big", "namespace": "ns", "labels": {"app": "a", "team": "t"}},
+        "data": {"v": big},
+    }))
+    .unwrap(); // rv 1
+    for i in 0..200 {
+        cm(&src, &format!("o{i}"), "1"); // rv 2..=201
+    }
+    cm(&src, "big", "small now"); // rv 202
+    let stat = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let handled = || stat(&reg.stats().delivered) + stat(&reg.stats().failed) + stat(&reg.stats().crashed);
+    eventually("all handled", || handled() >= 202).await;
+    let last = log.lines().into_iter().rev().take(3).collect::<Vec<_>>();
+    assert_eq!(stat(&reg.stats().failed), 0, "an accessor disagreed: {last:?}");
+    let p = &plugin.stats;
+    let traps = [&p.traps_fuel, &p.traps_deadline, &p.traps_memory, &p.traps_other].map(stat);
+    assert_eq!(stat(&reg.stats().crashed), 0, "traps (fuel, deadline, memory, other) {traps:?}; {last:?}");
+    assert_eq!(stat(&reg.stats().delivered), 202);
+    assert_eq!(log.events()[0], "add ns/big rv=1 initial=false");
+    assert_eq!(log.events().last().unwrap(), "update ns/big rv=1->202");
+    run.stop().await;
+}

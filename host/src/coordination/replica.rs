@@ -181,6 +181,7 @@ impl Rounds {
 
     async fn once(&mut self) -> Result<(), Error> {
         self.rounds += 1;
+        tracing::trace!(identity = %self.cfg().identity, round = self.rounds, "lease round");
         self.renew_membership().await?;
         let listed = self.api.list(&ListParams::default().labels(LEASE_LABEL)).await?;
         let now = Instant::now();
@@ -302,6 +303,7 @@ impl Rounds {
         match self.api.replace(&name, &pp, &held_by(lease, &cfg.identity, cfg.lease_duration, SystemTime::now())).await
         {
             Ok(_) => {
+                tracing::trace!(identity = %cfg.identity, plugin = %key, "renewed");
                 if self.shared.hold(key, start + cfg.renew_deadline) {
                     Counters::add(&self.shared.counters.acquisitions, 1);
                 }
@@ -378,5 +380,46 @@ impl Rounds {
                 self.release(name, lease).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn set(keys: &[&str]) -> BTreeSet<String> {
+        keys.iter().map(|k| k.to_string()).collect()
+    }
+
+    /// The local half of client-go's renew deadline: a plugin stops being
+    /// owned when its deadline passes, a renewal moves it later (never
+    /// earlier), and the owned channel shows every step.
+    #[tokio::test(start_paused = true)]
+    async fn ownership_ends_at_the_renew_deadline_unless_renewed() {
+        let shared = Arc::new(Shared::new(CoordinatorConfig::new("ns", "a")));
+        let owned = shared.owned.subscribe();
+        let dog = tokio::spawn(watchdog(shared.clone()));
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert!(shared.hold("p1", t0 + ms(10_000)));
+        assert!(shared.hold("p2", t0 + ms(10_000)));
+        tokio::time::sleep(ms(6_000)).await;
+        assert!(!shared.hold("p2", Instant::now() + ms(10_000)), "a renewal is not a new acquisition");
+        assert!(!shared.hold("p2", t0 + ms(1_000)), "an older renewal does not shorten the deadline");
+        tokio::time::sleep_until(t0 + ms(9_999)).await;
+        assert_eq!(*owned.borrow(), set(&["p1", "p2"]));
+        tokio::time::sleep_until(t0 + ms(10_001)).await;
+        assert_eq!(*owned.borrow(), set(&["p2"]));
+        assert_eq!(shared.counters.losses.load(std::sync::atomic::Ordering::Relaxed), 1);
+        tokio::time::sleep_until(t0 + ms(16_001)).await;
+        assert!(owned.borrow().is_empty());
+        assert_eq!(shared.counters.losses.load(std::sync::atomic::Ordering::Relaxed), 2);
+        // Holding again after the watchdog idled re-arms it.
+        shared.hold("p3", Instant::now() + ms(500));
+        tokio::time::sleep(ms(501)).await;
+        assert!(owned.borrow().is_empty());
+        dog.abort();
     }
 }

@@ -254,12 +254,15 @@ if ((${#go_plugins[@]})); then
     cargo build --release --quiet -p c-plugin-build --target-dir "$work/cargo"
   ) >&2
   # The SDK's hand-written glue must match wit/ before anything is built.
-  "$tool" check-abi "$root/wit" handler "$plugins/go-sdk/abi.wit.txt" >&2
+  "$tool" check-abi "$root/wit" batched-plugin "$plugins/go-sdk/abi.wit.txt" >&2
 
   for dir in "${go_plugins[@]}"; do
     name="$(basename "$dir")"
     dest="$out/${name//-/_}.wasm"
-    world="$(world_of "$dir")"
+    # The SDK exports the batch path; wit-component keeps only the imports
+    # the module uses (no `cache` unless the plugin reads it).
+    world=batched-plugin
+    [[ -f "$dir/world" ]] && world="$(world_of "$dir")"
     if up_to_date "$dest" "$dir" "$plugins/go-sdk" "$root/wit" "$go_stamp" "$tool" "$plugins/build-other-languages.sh"; then
       continue
     fi

@@ -1,6 +1,7 @@
 //go:build wasip1
 
-// The canonical-ABI glue of world `handler` (wit/plugin.wit), written by
+// The canonical-ABI glue of world `batched-plugin` (wit/plugin.wit; the
+// batch path is in batch.go), written by
 // hand against the WIT text recorded in abi.wit.txt: the build
 // (plugins/build-other-languages.sh, `c-plugin-build check-abi`) compares
 // that text with wit/ and fails on any difference, so a WIT change cannot

@@ -118,11 +118,18 @@ type Pair struct{ Key, Value string }
 type Object struct {
 	handle  uint32
 	dropped bool
+	// In a batch: the object's slot, lent by the host on first use.
+	slot     uint32
+	lendable bool
 }
 
 func (o *Object) live() uint32 {
 	if o.dropped {
 		panic("informer-host guest: an Object was used after the call that received it returned")
+	}
+	if o.lendable {
+		o.lendable = false
+		o.handle = deliveryLend(o.slot)
 	}
 	return o.handle
 }
@@ -130,7 +137,9 @@ func (o *Object) live() uint32 {
 func (o *Object) drop() {
 	if !o.dropped {
 		o.dropped = true
-		objectDrop(o.handle)
+		if o.handle != 0 {
+			objectDrop(o.handle)
+		}
 	}
 }
 
@@ -238,6 +247,7 @@ const (
 // Log writes one line into the host's logs (needs the `log` grant; without
 // it the host drops the line).
 func Log(level Level, message string) {
+	beforeVisibleEffect()
 	p, n := strPtr(message)
 	wasmLog(uint32(level), p, n)
 }

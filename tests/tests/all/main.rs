@@ -11,6 +11,7 @@ mod apiserver_writes;
 mod app_controllers;
 mod controllers;
 mod coordination;
+mod deploy_manifests;
 mod example_controllers;
 mod go_plugins;
 mod hostile;

@@ -556,3 +556,33 @@ fn the_deployment_fits_what_the_host_serves() {
     let grace = config.host.shutdown_grace.unwrap_or(std::time::Duration::from_secs(10)).as_secs() as i64;
     assert!(pod.termination_grace_period_seconds.unwrap() > grace);
 }
+
+/// The status of `GET path` from the host's own metrics server.
+async fn status_of(addr: std::net::SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).await.unwrap();
+    reply.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("not HTTP: {reply:?}"))
+}
+
+#[tokio::test]
+async fn the_probe_paths_are_served_by_the_host() {
+    let docs = objects();
+    let deployment: Deployment = the(&docs, "Deployment", "informer-host");
+    let c = &deployment.spec.template.spec.unwrap().containers[0];
+    let path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref().unwrap().http_get.as_ref().unwrap().path.clone().unwrap()
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let observed = informer_host::metrics::Observed::new();
+    let server =
+        informer_host::admin::AdminServer::start("127.0.0.1:0".parse().unwrap(), observed, stop.clone()).await.unwrap();
+    assert_eq!(status_of(server.local_addr, &path(&c.liveness_probe)).await, 200);
+    assert_eq!(status_of(server.local_addr, &path(&c.startup_probe)).await, 200);
+    // Nothing to sync: ready. (Not ready would be 503; a wrong path 404.)
+    assert_eq!(status_of(server.local_addr, &path(&c.readiness_probe)).await, 200);
+    assert_eq!(status_of(server.local_addr, "/no-such-probe").await, 404, "the check can fail");
+    stop.cancel();
+}

@@ -26,6 +26,7 @@ use tracing::{Instrument, info_span};
 use crate::admin::AdminServer;
 use crate::admin_api::{self, AdminConfig};
 use crate::config::{Config, DEFAULT_SHUTDOWN_GRACE, InformerConfig, PluginConfig};
+use crate::coordination::{Coordinator, CoordinatorConfig};
 use crate::informer::{IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, ObjectRef, SharedIndexInformer};
 use crate::kube_plugins::{PluginResources, PluginResourcesOptions};
 use crate::metrics::{InformerEntry, Observed, Readiness};
@@ -91,6 +92,8 @@ pub struct App {
     /// The plugins; holds the registry and with it the runtime, whose epoch
     /// ticker enforces every call's deadline while the host lives.
     plugins: Arc<Plugins>,
+    /// The controller of the cluster's `Plugin` resources, if configured.
+    plugin_resources: Option<Arc<PluginResources>>,
     /// SIGHUP, listened for from the start so it never kills the process.
     #[cfg(unix)]
     hup: Option<tokio::signal::unix::Signal>,
@@ -237,6 +240,7 @@ impl App {
             plugins.controllers.start(planned, runtime, plugins.informers_by_name(), config, observed.clone());
         }
         // The cluster's Plugin resources, beside the file's plugins.
+        let mut plugin_resources = None;
         if let Some(pr) = &config.plugin_resources {
             let client = sources.client().await.map_err(|message| AppError::Source {
                 at: config.file.display().to_string(),
@@ -260,8 +264,27 @@ impl App {
                 }))),
                 ..PluginResourcesOptions::default()
             };
-            tracing::info!(identity = %options.identity, "loading the cluster's Plugin resources");
-            PluginResources::start(client, registry, options, stop.child_token());
+            let coordinator = if pr.leases {
+                let namespace = pr.lease_namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+                let c = Coordinator::start(
+                    client.clone(),
+                    CoordinatorConfig::new(namespace, options.identity.clone()),
+                    // Its own token: the leases go only after the plugins stopped.
+                    CancellationToken::new(),
+                )
+                .map_err(|e| AppError::Source {
+                    at: config.file.display().to_string(),
+                    name: "plugin_resources".into(),
+                    source_kind: "kube",
+                    message: e.to_string(),
+                })?;
+                Some(c)
+            } else {
+                None
+            };
+            tracing::info!(identity = %options.identity, leases = pr.leases, "loading the cluster's Plugin resources");
+            plugin_resources =
+                Some(PluginResources::start_coordinated(client, registry, options, coordinator, stop.child_token()));
         }
         tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));
 
@@ -274,6 +297,7 @@ impl App {
             servers,
             informers: running,
             plugins,
+            plugin_resources,
             #[cfg(unix)]
             hup,
             grace,
@@ -338,10 +362,17 @@ impl App {
     /// Stops the informers, lets in-flight calls finish within the grace
     /// period, and stops the admin server.
     pub async fn shutdown(self) {
-        let App { stop, admin_stop, servers, informers, grace, plugins, .. } = self;
+        let App { stop, admin_stop, servers, informers, grace, plugins, plugin_resources, .. } = self;
         // Controllers first, while their informers still feed the caches
         // their last reconciles read: no new keys, in-flight ones finish.
         plugins.controllers.stop(grace, &plugins.observed).await;
+        // The Plugin resources' plugins stop, then their leases go to the
+        // other replicas at once.
+        if let Some(pr) = plugin_resources
+            && tokio::time::timeout(grace, pr.shutdown()).await.is_err()
+        {
+            tracing::warn!("plugin resources did not stop within the grace period; their leases will expire");
+        }
         tracing::info!(
             "stopping {} informer(s); in-flight calls have {} to finish",
             informers.len(),

@@ -8,6 +8,8 @@
 //! max_component_size = "32MiB"  # larger components are refused
 //! oci_cache_dir = "oci"         # pulled components, by digest (default: `[host] cache_dir`/oci, else a temp dir)
 //! plain_http_registries = ["registry.internal:5000"]  # registries without TLS (default: none)
+//! leases = true                 # replicas share the plugins through Leases (default: false, this replica runs all)
+//! lease_namespace = "informer-host"  # where the Leases live (default: the client's namespace, in a pod its own)
 //! ```
 
 use std::path::PathBuf;
@@ -22,6 +24,8 @@ pub struct PluginResourcesConfig {
     pub max_component_size: usize,
     pub oci_cache_dir: Option<PathBuf>,
     pub plain_http_registries: Vec<String>,
+    pub leases: bool,
+    pub lease_namespace: Option<String>,
 }
 
 pub(super) struct RawPluginResources {
@@ -30,6 +34,8 @@ pub(super) struct RawPluginResources {
     max_component_size: Option<S<String>>,
     oci_cache_dir: Option<S<String>>,
     plain_http_registries: Option<S<Vec<String>>>,
+    leases: Option<S<bool>>,
+    lease_namespace: Option<S<String>>,
 }
 
 impl RawPluginResources {
@@ -38,7 +44,7 @@ impl RawPluginResources {
             f,
             RawPluginResources,
             [],
-            [namespace, identity, max_component_size, oci_cache_dir, plain_http_registries]
+            [namespace, identity, max_component_size, oci_cache_dir, plain_http_registries, leases, lease_namespace]
         )
     }
 }
@@ -51,7 +57,15 @@ impl Cx<'_> {
             max_component_size: 32 << 20,
             oci_cache_dir: r.oci_cache_dir.as_ref().map(|v| self.path(v.get_ref())),
             plain_http_registries: r.plain_http_registries.map(|v| v.into_inner()).unwrap_or_default(),
+            leases: r.leases.is_some_and(|v| v.into_inner()),
+            lease_namespace: None,
         };
+        if let Some(ns) = r.lease_namespace {
+            match crate::names::check("namespace", ns.get_ref()) {
+                Ok(()) => c.lease_namespace = Some(ns.into_inner()),
+                Err(e) => self.error(ns.span(), e.to_string()),
+            }
+        }
         if let Some(ns) = r.namespace {
             match crate::names::check("namespace", ns.get_ref()) {
                 Ok(()) => c.namespace = Some(ns.get_ref().clone()),

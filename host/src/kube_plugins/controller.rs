@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
+use crate::coordination::Coordinator;
 use crate::informer::{FnHandler, InformerOptions, Notification, ObjectRef, SharedIndexInformer};
 use crate::oci::OciPuller;
 use crate::plugin::{Limits, LogSink, OnTrap, PluginSpec as RuntimeSpec};
@@ -94,15 +95,37 @@ pub struct PluginResources {
     queue: Arc<RateLimitingQueue<String>>,
     loaded: Mutex<HashMap<String, Loaded>>,
     watches: Mutex<HashMap<String, Watch>>,
+    /// Which plugins this replica owns, when replicas share them.
+    coordinator: Mutex<Option<Coordinator>>,
     stop: CancellationToken,
+    /// Cancelled once the loop has unloaded everything and handed its
+    /// leases over.
+    finished: CancellationToken,
 }
 
 impl PluginResources {
-    /// Starts the informers and the reconcile loop; returns at once.
+    /// Starts the informers and the reconcile loop; returns at once. This
+    /// replica runs every plugin.
     pub fn start(
         client: Client,
         registry: PluginRegistry,
         options: PluginResourcesOptions,
+        stop: CancellationToken,
+    ) -> Arc<PluginResources> {
+        Self::start_coordinated(client, registry, options, None, stop)
+    }
+
+    /// Like [`PluginResources::start`], but this replica runs only the
+    /// plugins `coordinator` says it owns (its Leases): it loads a plugin
+    /// when it gains it and unloads it the moment it loses it. The
+    /// coordinator is handed over with the rest at
+    /// [`PluginResources::shutdown`]; give it a token of its own, not
+    /// `stop`, so its leases are released only after the plugins stopped.
+    pub fn start_coordinated(
+        client: Client,
+        registry: PluginRegistry,
+        options: PluginResourcesOptions,
+        coordinator: Option<Coordinator>,
         stop: CancellationToken,
     ) -> Arc<PluginResources> {
         let informer = |kind: &str, plural: &str, api_version: &str, namespace: Option<&str>, name: &str| {
@@ -127,8 +150,14 @@ impl PluginResources {
             queue: Arc::new(RateLimitingQueue::new(default_controller_rate_limiter())),
             loaded: Mutex::new(HashMap::new()),
             watches: Mutex::new(HashMap::new()),
+            coordinator: Mutex::new(None),
             stop,
+            finished: CancellationToken::new(),
         });
+        if let Some(c) = coordinator {
+            tokio::spawn(this.clone().follow_ownership(c.owned()));
+            *this.coordinator.lock() = Some(c);
+        }
         this.clone().register_handlers();
         for informer in [&this.plugins, &this.policies, &this.namespaces] {
             let (informer, stop) = (informer.clone(), this.stop.child_token());
@@ -143,6 +172,55 @@ impl PluginResources {
     /// names.
     pub fn loaded(&self) -> BTreeMap<String, String> {
         self.loaded.lock().iter().map(|(k, l)| (k.clone(), l.registry_name.clone())).collect()
+    }
+
+    /// Stops: every plugin is unloaded, then (with a coordinator) the
+    /// leases are handed over at once. Returns when both are done.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        self.finished.cancelled().await;
+    }
+
+    /// Stops as a crashed replica would: the plugins stop here, the leases
+    /// are not released and move to other replicas only once they expire.
+    pub async fn abandon(&self) {
+        drop(self.coordinator.lock().take());
+        self.shutdown().await;
+    }
+
+    /// Whether this replica runs `key` (always, without a coordinator).
+    fn owns(&self, key: &str) -> bool {
+        self.coordinator.lock().as_ref().is_none_or(|c| c.is_owned(key))
+    }
+
+    /// Tells the coordinator which plugins there are.
+    fn share_plugins(&self) {
+        if let Some(c) = &*self.coordinator.lock() {
+            c.set_plugins(self.plugins.store().list_keys());
+        }
+    }
+
+    /// Unloads a plugin the moment this replica loses it (not through the
+    /// queue, where it could wait behind a compilation), and reconciles
+    /// those it gained.
+    async fn follow_ownership(
+        self: Arc<Self>,
+        mut owned: tokio::sync::watch::Receiver<std::collections::BTreeSet<String>>,
+    ) {
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                changed = owned.changed() => if changed.is_err() { return },
+            }
+            let now = owned.borrow_and_update().clone();
+            let lost: Vec<String> = self.loaded.lock().keys().filter(|k| !now.contains(*k)).cloned().collect();
+            for key in lost {
+                tracing::info!(key = %key, "lost to another replica: unloading");
+                self.unload(&key);
+            }
+            let loaded: Vec<String> = self.loaded.lock().keys().cloned().collect();
+            now.into_iter().filter(|k| !loaded.contains(k)).for_each(|k| self.queue.add(k));
+        }
     }
 
     /// Whether the informers of plugins, policies and namespaces synced.
@@ -162,6 +240,15 @@ impl PluginResources {
                 _ => queue.add(n.key().to_string()),
             }
             Ok(())
+        });
+        let weak = Arc::downgrade(&self);
+        let on_plugin = FnHandler(move |n: &Notification| {
+            if let Some(this) = weak.upgrade()
+                && !matches!(n, Notification::Update { .. })
+            {
+                this.share_plugins();
+            }
+            on_plugin.0(n)
         });
         let registered = self.plugins.add_event_handler_with_resync_period(on_plugin, resync);
         let everything = |this: &Arc<Self>| {
@@ -185,7 +272,7 @@ impl PluginResources {
         // are known would be refused for no reason.
         while !self.has_synced() {
             tokio::select! {
-                _ = self.stop.cancelled() => return,
+                _ = self.stop.cancelled() => break,
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             }
         }
@@ -212,6 +299,12 @@ impl PluginResources {
         for key in keys {
             self.unload(&key);
         }
+        // Only now, with nothing delivering here, may others take them.
+        let coordinator = self.coordinator.lock().take();
+        if let Some(c) = coordinator {
+            c.shutdown().await;
+        }
+        self.finished.cancel();
     }
 
     async fn reconcile(&self, key: &str) -> Next {
@@ -219,6 +312,11 @@ impl PluginResources {
             self.unload(key);
             return Next::Done;
         };
+        if !self.owns(key) {
+            // Another replica runs it and writes its status.
+            self.unload(key);
+            return Next::Done;
+        }
         let plugin: Plugin = match obj.parse() {
             Ok(p) => p,
             Err(e) => {

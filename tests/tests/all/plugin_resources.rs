@@ -7,10 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2e::apiserver::{ApiServer, config_map};
+use e2e::apiserver::{ApiServer, ResourceType, config_map};
 use e2e::oci_registry::{Artifact, OciRegistry};
 use e2e::plugins::{Log, runtime, wasm};
 use e2e::wait_until;
+use informer_host::coordination::{Coordinator, CoordinatorConfig};
 use informer_host::kube_plugins::crd::{
     ComponentSource, Grant, KeySelector, LimitsSpec, OciSource, PluginSpec, TenantPolicySpec, WatchSpec,
 };
@@ -53,6 +54,23 @@ async fn cluster() -> Cluster {
 }
 
 async fn cluster_pulling(oci: Option<Arc<OciPuller>>) -> Cluster {
+    let (server, client) = tenant_cluster(Some(2)).await;
+    let registry = PluginRegistry::new(runtime());
+    let log = Log::default();
+    let stop = CancellationToken::new();
+    let options = PluginResourcesOptions {
+        identity: "replica-0".into(),
+        log_sink: Some(log.sink()),
+        oci,
+        ..PluginResourcesOptions::default()
+    };
+    let resources = PluginResources::start(client.clone(), registry.clone(), options, stop.clone());
+    Cluster { server, client, registry, resources, log, stop }
+}
+
+/// The API server with the CRDs, namespace `team-a`, its policy and the
+/// `components` ConfigMap.
+async fn tenant_cluster(max_plugins: Option<u32>) -> (ApiServer, kube::Client) {
     let server = ApiServer::start().await;
     let client = server.client();
     let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -66,7 +84,7 @@ async fn cluster_pulling(oci: Option<Arc<OciPuller>>) -> Cluster {
         TenantPolicySpec {
             namespaces: vec![NS.into()],
             namespace_labels: None,
-            max_plugins: Some(2),
+            max_plugins,
             limits: LimitsSpec { fuel_per_call: None, deadline: Some("2s".into()), memory: Some("32Mi".into()) },
             max_pending: None,
             allowed_grants: vec![Grant::Log],
@@ -83,18 +101,7 @@ async fn cluster_pulling(oci: Option<Arc<OciPuller>>) -> Cluster {
             .collect(),
     );
     components.create(&PostParams::default(), &cm).await.expect("components stored");
-
-    let registry = PluginRegistry::new(runtime());
-    let log = Log::default();
-    let stop = CancellationToken::new();
-    let options = PluginResourcesOptions {
-        identity: "replica-0".into(),
-        log_sink: Some(log.sink()),
-        oci,
-        ..PluginResourcesOptions::default()
-    };
-    let resources = PluginResources::start(client.clone(), registry.clone(), options, stop.clone());
-    Cluster { server, client, registry, resources, log, stop }
+    (server, client)
 }
 
 fn recorder_spec(key: &str) -> PluginSpec {
@@ -282,4 +289,107 @@ async fn a_plugin_from_an_oci_registry_loads_and_a_new_digest_swaps_it() {
     .await;
     assert_eq!(c.condition("rec", "Ready").unwrap().0, "True");
     assert_eq!(c.status("rec")["digest"], v2.digest.as_str());
+}
+
+struct Replica {
+    registry: PluginRegistry,
+    resources: Arc<PluginResources>,
+}
+
+fn replica(client: &kube::Client, i: usize) -> Replica {
+    let registry = PluginRegistry::new(runtime());
+    let identity = format!("replica-{i}");
+    let config = CoordinatorConfig {
+        lease_duration: Duration::from_secs(5),
+        renew_deadline: Duration::from_secs(4),
+        retry_period: Duration::from_millis(500),
+        ..CoordinatorConfig::new("informer-host", identity.clone())
+    };
+    let coordinator = Coordinator::start(client.clone(), config, CancellationToken::new()).expect("coordinator");
+    let options = PluginResourcesOptions { identity, ..PluginResourcesOptions::default() };
+    let resources = PluginResources::start_coordinated(
+        client.clone(),
+        registry.clone(),
+        options,
+        Some(coordinator),
+        CancellationToken::new(),
+    );
+    Replica { registry, resources }
+}
+
+/// The plugins each replica runs now, by registry name.
+fn running(replicas: &[Replica]) -> Vec<Vec<String>> {
+    replicas.iter().map(|r| r.registry.list().into_iter().map(|p| p.name).collect()).collect()
+}
+
+/// Three replicas share six Plugins: each runs on exactly one replica at
+/// every instant (sampled every few milliseconds throughout), balanced; a
+/// replica that stops gracefully hands its plugins over sooner than its
+/// leases could expire; one that crashes loses them once they expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_plugin_resources_through_leases_each_running_on_exactly_one() {
+    const P: usize = 6;
+    let (server, client) = tenant_cluster(None).await;
+    server.register(ResourceType::leases());
+    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    for i in 0..P {
+        plugins.create(&PostParams::default(), &Plugin::new(&format!("p{i}"), recorder_spec("v1.wasm"))).await.unwrap();
+    }
+    let replicas: Arc<parking_lot::Mutex<Vec<Replica>>> =
+        Arc::new(parking_lot::Mutex::new((0..3).map(|i| replica(&client, i)).collect()));
+
+    // The invariant, checked continuously until the end of the test.
+    let doubled = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let sampler = tokio::spawn({
+        let (replicas, doubled) = (replicas.clone(), doubled.clone());
+        async move {
+            loop {
+                let all: Vec<String> = running(&replicas.lock()).into_iter().flatten().collect();
+                let mut seen = std::collections::BTreeSet::new();
+                for name in all {
+                    if !seen.insert(name.clone()) {
+                        doubled.lock().push(name);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let all_running = |replicas: &Arc<parking_lot::Mutex<Vec<Replica>>>| {
+        running(&replicas.lock()).iter().map(Vec::len).sum::<usize>() == P
+    };
+    assert!(wait_until(LOAD, || all_running(&replicas)).await, "all running: {:?}", running(&replicas.lock()));
+    // Balanced: the owned counts settle at most ⌈P/N⌉ + 1 each.
+    let balanced = || running(&replicas.lock()).iter().all(|r| r.len() <= P.div_ceil(3) + 1);
+    assert!(wait_until(LOAD, balanced).await, "balanced: {:?}", running(&replicas.lock()));
+
+    // A graceful stop: the others run its plugins well before its leases
+    // (5 s) could have expired.
+    let leaving = replicas.lock().remove(0);
+    let had = leaving.registry.list().len();
+    let started = tokio::time::Instant::now();
+    leaving.resources.shutdown().await;
+    assert!(leaving.registry.list().is_empty(), "a stopped replica runs nothing");
+    assert!(wait_until(LOAD, || all_running(&replicas)).await, "taken over: {:?}", running(&replicas.lock()));
+    let handover = started.elapsed();
+    assert!(handover < Duration::from_secs(5), "{had} plugins handed over in {handover:?}, not by lease expiry");
+
+    // A crash: nothing released; the survivor runs them once they expire.
+    let crashed = replicas.lock().remove(0);
+    let started = tokio::time::Instant::now();
+    crashed.resources.abandon().await;
+    assert!(wait_until(LOAD, || all_running(&replicas)).await, "failed over: {:?}", running(&replicas.lock()));
+    let failover = started.elapsed();
+    assert!(failover >= Duration::from_secs(4), "taken over in {failover:?}: before the leases could expire");
+
+    sampler.abort();
+    assert!(doubled.lock().is_empty(), "plugins running on two replicas at once: {:?}", doubled.lock());
+    // The survivor wrote the statuses of what it runs.
+    let status = server.get("informer-host.dev/v1alpha1", "Plugin", Some(NS), "p0").unwrap()["status"].clone();
+    assert_eq!(status["replica"], "replica-2", "{status}");
+    let rest: Vec<Arc<PluginResources>> = replicas.lock().iter().map(|r| r.resources.clone()).collect();
+    for r in rest {
+        r.shutdown().await;
+    }
 }

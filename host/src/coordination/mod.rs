@@ -241,8 +241,8 @@ impl Coordinator {
 
     /// Stops the rounds and hands every lease over: the owned set empties
     /// first, then the membership and plugin leases are released. Returns
-    /// when the releases were sent (their failures are logged: the leases
-    /// then expire).
+    /// when the releases were sent, or after `renew_deadline` if the API
+    /// server does not answer (failures are logged: those leases expire).
     pub async fn shutdown(mut self) {
         self.stop.cancel();
         if let Some(task) = self.task.take() {

@@ -147,7 +147,13 @@ pub(super) async fn run(shared: Arc<Shared>, api: Api<Lease>, stop: Cancellation
             _ = plugins.changed() => {}
         }
     }
-    round.release_all().await;
+    // Bounded: an API server that does not answer must not hold the
+    // process; the owned set is empty from the first poll, and unreleased
+    // leases expire.
+    let grace = shared.config.renew_deadline;
+    if tokio::time::timeout(grace, round.release_all()).await.is_err() {
+        tracing::warn!(identity = %shared.config.identity, "releasing the leases timed out: they will expire");
+    }
 }
 
 fn is_conflict(e: &kube::Error) -> bool {

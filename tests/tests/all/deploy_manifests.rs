@@ -388,7 +388,8 @@ fn the_deployment_fits_what_the_host_serves() {
     let config = informer_host::config::Config::parse(toml, "host.toml", "/etc/informer-host")
         .unwrap_or_else(|e| panic!("the ConfigMap's host.toml: {e}"));
     let port = config.host.metrics_addr.expect("metrics_addr").port();
-    assert!(config.plugin_resources.is_some(), "host.toml loads Plugin resources");
+    let resources = config.plugin_resources.as_ref().expect("host.toml loads Plugin resources");
+    assert!(resources.leases, "replicas must share the plugins through Leases, not each run all");
 
     let spec = &deployment.spec;
     assert_eq!(spec.replicas, Some(2));

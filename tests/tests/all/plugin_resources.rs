@@ -11,6 +11,8 @@ use e2e::apiserver::{ApiServer, ResourceType, config_map};
 use e2e::oci_registry::{Artifact, OciRegistry};
 use e2e::plugins::{Log, runtime, wasm};
 use e2e::wait_until;
+use informer_host::app::{App, KubeOptions, RunOptions};
+use informer_host::config::Config;
 use informer_host::coordination::{Coordinator, CoordinatorConfig};
 use informer_host::kube_plugins::crd::{
     ComponentSource, Grant, KeySelector, LimitsSpec, OciSource, PluginSpec, TenantPolicySpec, WatchSpec,
@@ -19,6 +21,7 @@ use informer_host::kube_plugins::{Plugin, PluginResources, PluginResourcesOption
 use informer_host::oci::{OciConfig, OciPuller};
 use informer_host::registry::PluginRegistry;
 use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -392,4 +395,60 @@ async fn replicas_share_plugin_resources_through_leases_each_running_on_exactly_
     for r in rest {
         r.shutdown().await;
     }
+}
+
+/// The host as deployed: `[plugin_resources]` in its TOML (with leases),
+/// a kubeconfig; a tenant's Plugin is loaded and Ready, the host's
+/// membership and plugin Leases are in the namespace, and a graceful
+/// shutdown releases them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_loads_plugin_resources_from_its_config_and_hands_its_leases_over_at_shutdown() {
+    let (server, client) = tenant_cluster(None).await;
+    server.register(ResourceType::leases());
+    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{}\"}}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: u, namespace: informer-host}}\ncurrent-context: c\n\
+             users:\n- name: u\n  user: {{token: t}}\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let text = "[plugin_resources]\nidentity = \"host-a\"\nleases = true\n";
+    let config = Config::parse(text, "host.toml", dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let opts =
+        RunOptions { kube: KubeOptions { kubeconfig: Some(kubeconfig), context: None }, ..RunOptions::default() };
+    let app = App::start(&config, &opts).await.unwrap();
+
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    plugins.create(&PostParams::default(), &Plugin::new("rec", recorder_spec("v1.wasm"))).await.unwrap();
+    let ready = || {
+        server.get("informer-host.dev/v1alpha1", "Plugin", Some(NS), "rec").is_some_and(|p| {
+            p["status"]["replica"] == "host-a"
+                && p["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        })
+    };
+    assert!(wait_until(LOAD, ready).await, "Ready on host-a");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "informer-host");
+    let held = |l: &Lease| l.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+    let all = leases.list(&Default::default()).await.unwrap().items;
+    assert!(
+        all.iter()
+            .any(|l| held(l) == "host-a" && l.metadata.name.as_deref().is_some_and(|n| n.starts_with("ih-plugin-"))),
+        "{all:?}"
+    );
+
+    app.shutdown().await;
+    let all = leases.list(&Default::default()).await.unwrap().items;
+    assert!(
+        all.iter().all(|l| held(l).is_empty()),
+        "released at shutdown: {:?}",
+        all.iter().map(held).collect::<Vec<_>>()
+    );
 }

@@ -109,8 +109,26 @@ pub struct ControllerEntry {
     pub queue: Arc<dyn Fn() -> crate::workqueue::QueueMetricsSnapshot + Send + Sync>,
 }
 
+/// What the controller of `Plugin` resources reports of this replica.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginResourcesSnapshot {
+    pub identity: String,
+    /// Its informers (Plugins, TenantPolicies, Namespaces) synced.
+    pub synced: bool,
+    /// `Plugin`s in the cluster (or its namespace).
+    pub plugins: usize,
+    /// Those this replica runs.
+    pub loaded: usize,
+    /// Lease counters, when replicas share the plugins.
+    pub leases: Option<crate::coordination::CoordinatorStats>,
+}
+
+/// Reads a [`PluginResourcesSnapshot`].
+pub type PluginResourcesProbe = Arc<dyn Fn() -> PluginResourcesSnapshot + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
+    plugin_resources: Option<PluginResourcesProbe>,
     controllers: Vec<ControllerEntry>,
     informers: Vec<InformerEntry>,
     plugins: PluginList,
@@ -172,6 +190,11 @@ pub struct Observed {
 impl Observed {
     pub fn new() -> Self {
         Self::default()
+    }
+    /// Reports the controller of `Plugin` resources on `/readyz` and
+    /// `/metrics`.
+    pub fn set_plugin_resources(&self, probe: PluginResourcesProbe) {
+        self.inner.write().plugin_resources = Some(probe);
     }
     pub fn add_informer(&self, entry: InformerEntry) {
         self.inner.write().informers.push(entry);
@@ -235,6 +258,20 @@ impl Observed {
                 }
             };
             r.checks.push(Check { ok: synced, what: format!("informer {}", i.name), detail });
+        }
+        if let Some(probe) = &inner.plugin_resources {
+            let s = probe();
+            r.ready &= s.synced;
+            let owns = match &s.leases {
+                Some(l) => format!(" (owns {} through Leases; {} live replicas)", l.owned, l.replicas),
+                None => String::new(),
+            };
+            let state = if s.synced { "synced" } else { "not synced" };
+            r.checks.push(Check {
+                ok: s.synced,
+                what: "plugin resources".into(),
+                detail: format!("{state}, replica {} runs {} of {} Plugins{owns}", s.identity, s.loaded, s.plugins),
+            });
         }
         for p in inner.plugins.iter() {
             match &p.state {
@@ -436,6 +473,23 @@ fn gauges(
     family(encoder, name, help, None, MetricType::Gauge, rows, |m, v| ConstGauge::new(*v).encode(m))
 }
 
+/// The `Plugin` resources this replica runs and its Leases.
+fn plugin_resources_metrics(
+    encoder: &mut DescriptorEncoder,
+    s: &PluginResourcesSnapshot,
+) -> Result<(), std::fmt::Error> {
+    let l = || -> Labels { vec![("replica", s.identity.as_str().into())] };
+    gauges(encoder, "plugin_resources", "Plugin resources in the cluster", &[(l(), s.plugins as i64)])?;
+    gauges(encoder, "plugin_resources_running", "Plugin resources this replica runs", &[(l(), s.loaded as i64)])?;
+    let Some(c) = &s.leases else { return Ok(()) };
+    gauges(encoder, "leases_owned", "Plugin Leases this replica holds", &[(l(), c.owned as i64)])?;
+    gauges(encoder, "leases_replicas", "Live replicas this replica sees", &[(l(), c.replicas as i64)])?;
+    counters(encoder, "leases_acquisitions", "Plugin Leases taken", &[(l(), c.acquisitions)])?;
+    counters(encoder, "leases_losses", "Plugin Leases lost (renew deadline passed, or taken)", &[(l(), c.losses)])?;
+    counters(encoder, "leases_releases", "Plugin Leases handed over", &[(l(), c.releases)])?;
+    counters(encoder, "leases_conflicts", "Lease writes refused with 409 Conflict", &[(l(), c.conflicts)])
+}
+
 /// client-go's workqueue metrics, one series per controller.
 fn workqueue_metrics(
     encoder: &mut DescriptorEncoder,
@@ -589,6 +643,10 @@ impl Collector for HostCollector {
             &rv,
         )?;
         reflector_metrics(&mut encoder, &informers)?;
+        let probe = self.observed.inner.read().plugin_resources.clone();
+        if let Some(probe) = probe {
+            plugin_resources_metrics(&mut encoder, &probe())?;
+        }
 
         let controllers = self.observed.controllers();
         let cl = |c: &ControllerEntry| -> Labels {

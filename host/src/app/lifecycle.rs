@@ -283,8 +283,10 @@ impl App {
                 None
             };
             tracing::info!(identity = %options.identity, leases = pr.leases, "loading the cluster's Plugin resources");
-            plugin_resources =
-                Some(PluginResources::start_coordinated(client, registry, options, coordinator, stop.child_token()));
+            let pr = PluginResources::start_coordinated(client, registry, options, coordinator, stop.child_token());
+            let weak = Arc::downgrade(&pr);
+            observed.set_plugin_resources(Arc::new(move || weak.upgrade().map(|p| p.snapshot()).unwrap_or_default()));
+            plugin_resources = Some(pr);
         }
         tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));
 

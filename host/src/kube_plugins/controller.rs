@@ -24,6 +24,7 @@ use tracing::{Instrument, info_span};
 
 use crate::coordination::Coordinator;
 use crate::informer::{FnHandler, InformerOptions, Notification, ObjectRef, SharedIndexInformer};
+use crate::metrics::PluginResourcesSnapshot;
 use crate::oci::OciPuller;
 use crate::plugin::{Limits, LogSink, OnTrap, PluginSpec as RuntimeSpec};
 use crate::registry::{PluginDef, PluginRegistry, TenantPolicy as RegistryTenant, WasmSource};
@@ -172,6 +173,17 @@ impl PluginResources {
     /// names.
     pub fn loaded(&self) -> BTreeMap<String, String> {
         self.loaded.lock().iter().map(|(k, l)| (k.clone(), l.registry_name.clone())).collect()
+    }
+
+    /// What `/readyz` and `/metrics` report of this replica.
+    pub fn snapshot(&self) -> PluginResourcesSnapshot {
+        PluginResourcesSnapshot {
+            identity: self.options.identity.clone(),
+            synced: self.has_synced(),
+            plugins: self.plugins.store().len(),
+            loaded: self.loaded.lock().len(),
+            leases: self.coordinator.lock().as_ref().map(Coordinator::stats),
+        }
     }
 
     /// Stops: every plugin is unloaded, then (with a coordinator) the

@@ -18,6 +18,7 @@ use informer_host::kube_plugins::crd::{
     ComponentSource, Grant, KeySelector, LimitsSpec, OciSource, PluginSpec, TenantPolicySpec, WatchSpec,
 };
 use informer_host::kube_plugins::{Plugin, PluginResources, PluginResourcesOptions, TenantPolicy, crds};
+use informer_host::metrics::Metrics;
 use informer_host::oci::{OciConfig, OciPuller};
 use informer_host::registry::PluginRegistry;
 use k8s_openapi::ByteString;
@@ -443,6 +444,22 @@ async fn the_host_loads_plugin_resources_from_its_config_and_hands_its_leases_ov
             .any(|l| held(l) == "host-a" && l.metadata.name.as_deref().is_some_and(|n| n.starts_with("ih-plugin-"))),
         "{all:?}"
     );
+
+    // What this replica runs, on /readyz and /metrics.
+    let owns_it = || {
+        app.readiness().render().contains(
+            "[+]plugin resources: synced, replica host-a runs 1 of 1 Plugins (owns 1 through Leases; 1 live replicas)",
+        )
+    };
+    assert!(wait_until(LOAD, owns_it).await, "{}", app.readiness().render());
+    let metrics = Metrics::new(app.observed.clone()).encode();
+    for line in [
+        "informer_host_plugin_resources_running{replica=\"host-a\"} 1",
+        "informer_host_leases_owned{replica=\"host-a\"} 1",
+        "informer_host_leases_acquisitions_total{replica=\"host-a\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
 
     app.shutdown().await;
     let all = leases.list(&Default::default()).await.unwrap().items;

@@ -241,26 +241,23 @@ impl PluginResources {
     }
 
     fn register_handlers(self: Arc<Self>) {
-        let queue = self.queue.clone();
         let resync = self.options.resync;
+        let weak = Arc::downgrade(&self);
         let on_plugin = FnHandler(move |n: &Notification| {
+            let Some(this) = weak.upgrade() else { return Ok(()) };
             match n {
                 // Status writes (ours) change neither generation nor
                 // labels: not a reason to reconcile, or every status write
                 // would be followed by another.
                 Notification::Update { old, new } if !wants_reconcile(old, new) => {}
-                _ => queue.add(n.key().to_string()),
+                Notification::Update { .. } => this.queue.add(n.key().to_string()),
+                // The set of plugins changed: the replicas share the new one.
+                _ => {
+                    this.share_plugins();
+                    this.queue.add(n.key().to_string());
+                }
             }
             Ok(())
-        });
-        let weak = Arc::downgrade(&self);
-        let on_plugin = FnHandler(move |n: &Notification| {
-            if let Some(this) = weak.upgrade()
-                && !matches!(n, Notification::Update { .. })
-            {
-                this.share_plugins();
-            }
-            on_plugin.0(n)
         });
         let registered = self.plugins.add_event_handler_with_resync_period(on_plugin, resync);
         let everything = |this: &Arc<Self>| {
@@ -367,15 +364,7 @@ impl PluginResources {
             Err(refusal) => {
                 // A version already running keeps serving; the failure is
                 // a degradation, retried with backoff.
-                let report = match self.loaded_name(key) {
-                    Some(name) => {
-                        let mut r = self.running(&plugin, &name);
-                        r.degraded = Observed::yes(refusal.reason, refusal.message.clone());
-                        r
-                    }
-                    None => self.refused(&plugin, &refusal),
-                };
-                self.write_status(&plugin, report).await;
+                self.write_status(&plugin, self.failed(key, &plugin, &refusal)).await;
                 return Next::Retry;
             }
         };
@@ -388,15 +377,7 @@ impl PluginResources {
                 if synced { Next::Done } else { Next::After(Duration::from_secs(1)) }
             }
             Err((refusal, retry)) => {
-                let report = match self.loaded_name(key) {
-                    Some(name) => {
-                        let mut r = self.running(&plugin, &name);
-                        r.degraded = Observed::yes(refusal.reason, refusal.message.clone());
-                        r
-                    }
-                    None => self.refused(&plugin, &refusal),
-                };
-                self.write_status(&plugin, report).await;
+                self.write_status(&plugin, self.failed(key, &plugin, &refusal)).await;
                 if retry { Next::Retry } else { Next::Done }
             }
         }
@@ -568,6 +549,19 @@ impl PluginResources {
 
     fn loaded_name(&self, key: &str) -> Option<String> {
         self.loaded.lock().get(key).map(|l| l.registry_name.clone())
+    }
+
+    /// A failure to fetch, load or swap: a version already running keeps
+    /// serving (the plugin is degraded); otherwise it is not ready.
+    fn failed(&self, key: &str, plugin: &Plugin, refusal: &Refusal) -> Report {
+        match self.loaded_name(key) {
+            Some(name) => {
+                let mut r = self.running(plugin, &name);
+                r.degraded = Observed::yes(refusal.reason, refusal.message.clone());
+                r
+            }
+            None => self.refused(plugin, refusal),
+        }
     }
 
     fn refused(&self, plugin: &Plugin, refusal: &Refusal) -> Report {

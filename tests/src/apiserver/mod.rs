@@ -186,6 +186,8 @@ impl ApiServer {
                     ResourceType::core_events(),
                     ResourceType::events(),
                     ResourceType::custom_resource_definitions(),
+                    // Served by every real API server (coordination.k8s.io/v1).
+                    ResourceType::leases(),
                 ],
                 rv: 1,
                 compacted: 1,
@@ -219,6 +221,18 @@ impl ApiServer {
     /// A kubeconfig-free client configuration pointed at this server.
     pub fn config(&self) -> kube::Config {
         kube::Config::new(self.url().parse().expect("server url"))
+    }
+    /// Writes a kubeconfig file pointing at this server (token auth, the
+    /// given default namespace), for code that reads one as a user would.
+    pub fn write_kubeconfig(&self, path: &std::path::Path, namespace: Option<&str>) {
+        let ns = namespace.map(|n| format!(", namespace: {n}")).unwrap_or_default();
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{}\"}}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: u{ns}}}\ncurrent-context: c\n\
+             users:\n- name: u\n  user: {{token: t}}\n",
+            self.url()
+        );
+        std::fs::write(path, text).expect("kubeconfig written");
     }
     /// A `kube::Client` pointed at this server (needs a tokio runtime).
     pub fn client(&self) -> kube::Client {

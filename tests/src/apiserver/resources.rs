@@ -125,8 +125,8 @@ impl ResourceType {
     }
     /// `coordination.k8s.io/v1` `Lease` (`leases`), namespaced: a built-in
     /// type without status subresource or generation; updates carrying a
-    /// stale `resourceVersion` get `409 Conflict`. Not registered by
-    /// default: `server.register(ResourceType::leases())`.
+    /// stale `resourceVersion` get `409 Conflict`. Registered by default, as
+    /// every real API server serves it.
     pub fn leases() -> Self {
         Self::builtin("coordination.k8s.io", "v1", "Lease", "leases", true)
     }

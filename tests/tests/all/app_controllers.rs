@@ -41,16 +41,7 @@ async fn the_reloader_writes_to_the_api_server_only_in_its_tenants_namespaces() 
 
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{}\"}}\n\
-             contexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n\
-             users:\n- name: u\n  user: {{token: t}}\n",
-            server.url()
-        ),
-    )
-    .unwrap();
+    server.write_kubeconfig(&kubeconfig, None);
     let wasm = plugin_build::plugin_path("reloader");
     let text = format!(
         r#"

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2e::apiserver::{ApiServer, ResourceType, config_map};
+use e2e::apiserver::{ApiServer, config_map};
 use e2e::oci_registry::{Artifact, OciRegistry};
 use e2e::plugins::{Log, runtime, wasm};
 use e2e::wait_until;
@@ -334,7 +334,6 @@ fn running(replicas: &[Replica]) -> Vec<Vec<String>> {
 async fn replicas_share_plugin_resources_through_leases_each_running_on_exactly_one() {
     const P: usize = 6;
     let (server, client) = tenant_cluster(None).await;
-    server.register(ResourceType::leases());
     server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
     let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
     for i in 0..P {
@@ -405,20 +404,10 @@ async fn replicas_share_plugin_resources_through_leases_each_running_on_exactly_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_loads_plugin_resources_from_its_config_and_hands_its_leases_over_at_shutdown() {
     let (server, client) = tenant_cluster(None).await;
-    server.register(ResourceType::leases());
     server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{}\"}}\n\
-             contexts:\n- name: c\n  context: {{cluster: c, user: u, namespace: informer-host}}\ncurrent-context: c\n\
-             users:\n- name: u\n  user: {{token: t}}\n",
-            server.url()
-        ),
-    )
-    .unwrap();
+    server.write_kubeconfig(&kubeconfig, Some("informer-host"));
     let text = "[plugin_resources]\nidentity = \"host-a\"\nleases = true\n";
     let config = Config::parse(text, "host.toml", dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let opts =

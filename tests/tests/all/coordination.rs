@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2e::apiserver::{ApiServer, ResourceType, namespace};
+use e2e::apiserver::{ApiServer, namespace};
 use informer_host::coordination::{Coordinator, CoordinatorConfig, fair_share, plugin_lease_name};
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -107,7 +107,6 @@ async fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -
 
 async fn server() -> ApiServer {
     let server = ApiServer::start().await;
-    server.register(ResourceType::leases());
     server.create(namespace(NS)).unwrap();
     server
 }

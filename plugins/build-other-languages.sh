@@ -253,23 +253,29 @@ if ((${#go_plugins[@]})); then
     for var in $(compgen -e | grep -E '^CARGO_(TARGET|BUILD|PROFILE)_|^CARGO_LLVM_COV' || true); do unset "$var"; done
     cargo build --release --quiet -p c-plugin-build --target-dir "$work/cargo"
   ) >&2
-  # The SDK's hand-written glue must match wit/ before anything is built.
+  # The SDK's hand-written glue must match wit/ before anything is built:
+  # the handler glue (batched-plugin) and the controller glue.
   "$tool" check-abi "$root/wit" batched-plugin "$plugins/go-sdk/abi.wit.txt" >&2
+  "$tool" check-abi "$root/wit" controller "$plugins/go-sdk/abi-controller.wit.txt" >&2
 
   for dir in "${go_plugins[@]}"; do
     name="$(basename "$dir")"
     dest="$out/${name//-/_}.wasm"
     # The SDK exports the batch path; wit-component keeps only the imports
     # the module uses (no `cache` unless the plugin reads it).
+    # A `world` file saying `controller` builds the SDK with the tag
+    # informer_controller: its reconciler exports instead of the handler's.
     world=batched-plugin
     [[ -f "$dir/world" ]] && world="$(world_of "$dir")"
+    tags=()
+    [[ "$world" == controller ]] && tags=(-tags informer_controller)
     if up_to_date "$dest" "$dir" "$plugins/go-sdk" "$root/wit" "$go_stamp" "$tool" "$plugins/build-other-languages.sh"; then
       continue
     fi
     log "go build + c-plugin-build component: $name"
     start=$SECONDS
     core="$work/go/${name//-/_}.core.wasm"
-    (cd "$dir" && go build -buildmode=c-shared -trimpath -ldflags=-s -o "$core" .) >&2
+    (cd "$dir" && go build "${tags[@]}" -buildmode=c-shared -trimpath -ldflags=-s -o "$core" .) >&2
     "$tool" component "$core" "$dest.tmp" "$root/wit" "$world" >&2
     publish "$dest.tmp" "$dest" $((SECONDS - start))
   done

@@ -1,11 +1,13 @@
 //go:build wasip1
 
-// The canonical-ABI glue of world `batched-plugin` (wit/plugin.wit; the
-// batch path is in batch.go), written by
-// hand against the WIT text recorded in abi.wit.txt: the build
+// The canonical-ABI glue shared by both worlds a Go plugin can target:
+// `batched-plugin` (wit/plugin.wit: handler.go, batch.go) and `controller`
+// (wit/controller.wit: controller.go, kube.go, built with the tag
+// informer_controller). It is written by hand against the WIT text recorded
+// in abi.wit.txt and abi-controller.wit.txt: the build
 // (plugins/build-other-languages.sh, `c-plugin-build check-abi`) compares
 // that text with wit/ and fails on any difference, so a WIT change cannot
-// silently reach this file's memory layouts.
+// silently reach these files' memory layouts.
 //
 // Two rules keep the Go runtime safe while the host writes into the guest:
 //
@@ -170,7 +172,7 @@ func objectJSON(h uint32, ret unsafe.Pointer)
 //go:wasmimport informer-host:plugin/types@0.1.0 [method]object.pointer
 func objectPointer(h uint32, ptr unsafe.Pointer, n uint32, ret unsafe.Pointer)
 
-// ---- exports: interface `resource-event-handler` ------------------------------
+// ---- the return area of exports answering `result<_, string>` ---------------
 
 // result is the return area of every export (`result<_, string>`): a
 // byte discriminant, then the error string at offset 4. lastError keeps
@@ -190,49 +192,4 @@ func returnResult(err error) uint32 {
 		result = [3]uint32{1, uint32(uintptr(p)), n}
 	}
 	return uint32(uintptr(unsafe.Pointer(&result)))
-}
-
-//go:wasmexport informer-host:plugin/resource-event-handler@0.1.0#init
-func exportInit(ptr, n uint32) uint32 {
-	config := take(ptr, n)
-	resetArena()
-	return returnResult(callInit(Config(config)))
-}
-
-//go:wasmexport informer-host:plugin/resource-event-handler@0.1.0#on-add
-func exportOnAdd(obj, isInInitialList uint32) uint32 {
-	o := &Object{handle: obj}
-	defer o.drop()
-	return returnResult(callOnAdd(o, isInInitialList != 0))
-}
-
-//go:wasmexport informer-host:plugin/resource-event-handler@0.1.0#on-update
-func exportOnUpdate(old, new uint32) uint32 {
-	o, n := &Object{handle: old}, &Object{handle: new}
-	defer o.drop()
-	defer n.drop()
-	return returnResult(callOnUpdate(o, n))
-}
-
-// exportOnDelete takes `deleted` flattened: the case, then the joined
-// payloads (case 0: the object; case 1: the tombstone's key as pointer and
-// length, then `last-known` as a discriminant and an object).
-//
-//go:wasmexport informer-host:plugin/resource-event-handler@0.1.0#on-delete
-func exportOnDelete(tag, p1, p2, p3, p4 uint32) uint32 {
-	d := &Deleted{}
-	if tag == 0 {
-		d.Object = &Object{handle: p1}
-	} else {
-		d.Tombstone = true
-		d.TombstoneKey = take(p1, p2)
-		resetArena()
-		if p3 != 0 {
-			d.Object = &Object{handle: p4}
-		}
-	}
-	if d.Object != nil {
-		defer d.Object.drop()
-	}
-	return returnResult(callOnDelete(d))
 }

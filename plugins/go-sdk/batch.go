@@ -1,4 +1,4 @@
-//go:build wasip1
+//go:build wasip1 && !informer_controller
 
 // The batch path (interface `batch-handler` of world `batched-plugin`):
 // the host passes many notifications per call. Objects are lent lazily
@@ -94,6 +94,7 @@ func exportOnBatch(kindsPtr, kindsLen, keysPtr, keysLen uint32) {
 // effect, and the trap must skip this item only).
 func batchItem(f func() error, objects ...*Object) (err error) {
 	defer func() {
+		releaseHeld()
 		for _, o := range objects {
 			if o != nil {
 				o.drop()
@@ -106,7 +107,3 @@ func batchItem(f func() error, objects ...*Object) (err error) {
 	}()
 	return f()
 }
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }

@@ -292,3 +292,7 @@ func rv(o *Object) string {
 	}
 	return "none"
 }
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

@@ -11,10 +11,11 @@
 //! One test body per controller runs on each backend. The test changes the
 //! cluster as someone else would (the API server's control API, or the
 //! embedded store directly): those changes are not counted. The
-//! namespace-defaults body also runs the Python and JavaScript twins
+//! namespace-defaults body also runs the Python, JavaScript and Go twins
 //! (`plugins/python-namespace-defaults`, `plugins/js-namespace-defaults`,
-//! built by `plugins/build-other-languages.sh`), which must send exactly the
-//! writes the Rust one sends.
+//! `plugins/go-namespace-defaults`, built by
+//! `plugins/build-other-languages.sh`), which must send exactly the writes
+//! the Rust one sends.
 //!
 //! Every informer resyncs each second (the shortest resync there is), so
 //! "no write on resync" is shown by waiting, after convergence, for
@@ -758,6 +759,16 @@ async fn js_namespace_defaults_converge_against_the_embedded_store() {
     namespace_defaults_converge(Backend::embedded(), "js-namespace-defaults").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_namespace_defaults_converge_against_the_api_server() {
+    namespace_defaults_against_the_api_server("go-namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_namespace_defaults_converge_against_the_embedded_store() {
+    namespace_defaults_converge(Backend::embedded(), "go-namespace-defaults").await;
+}
+
 /// A write the controller's rules do not allow (here: the RoleBinding) is
 /// refused by the host before it leaves, and the `forbidden` the SDK
 /// answers, returned from `reconcile`, fails the reconcile (requeued with
@@ -794,6 +805,11 @@ async fn forbidden_write_fails_the_reconcile_in_python() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbidden_write_fails_the_reconcile_in_javascript() {
     forbidden_write_fails_the_reconcile("js-namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_write_fails_the_reconcile_in_go() {
+    forbidden_write_fails_the_reconcile("go-namespace-defaults").await;
 }
 
 /// A RoleBinding's roleRef cannot change: one the controller finds bound to
@@ -841,4 +857,9 @@ async fn role_ref_change_replaces_the_binding_in_python() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn role_ref_change_replaces_the_binding_in_javascript() {
     role_ref_change_replaces_the_binding("js-namespace-defaults").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_ref_change_replaces_the_binding_in_go() {
+    role_ref_change_replaces_the_binding("go-namespace-defaults").await;
 }

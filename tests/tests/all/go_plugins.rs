@@ -140,3 +140,39 @@ async fn go_panic_inside_a_batch_skips_exactly_that_notification() {
     assert_eq!(plugin.stats.traps_other.load(Ordering::Relaxed), 1);
     run.stop().await;
 }
+
+/// The SDK's `cache` import in a handler (`plugins/go-cache-reader`, the
+/// Go twin of `cache-reader`): the same lines as the Rust one, three per
+/// notification through one batch, every object it read handed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_reads_the_informer_cache_like_the_rust_twin() {
+    let mut seen = Vec::new();
+    for plugin in ["cache-reader", "go-cache-reader"] {
+        let src = MemorySource::new();
+        for name in ["a", "b", "c"] {
+            cm(&src, name, "1");
+        }
+        let log = Log::default();
+        let mut s = spec(plugin, plugin, &log);
+        s.grants.cache = true;
+        s.config_json = json!({"probe": ["ns/a", "ns/zz"]}).to_string();
+        let plugin_ = runtime().load(s).unwrap_or_else(|e| panic!("{plugin}: {e}"));
+        let run = Running::start(&src);
+        let reg = run.add(&plugin_);
+        eventually("sync", || reg.has_synced()).await;
+        cm(&src, "d", "2");
+        eventually("the add seen", || reg.stats().delivered.load(Ordering::Relaxed) == 4).await;
+        assert_eq!(reg.stats().crashed.load(Ordering::Relaxed), 0, "{plugin}: {:?}", log.lines());
+        let lines = log.lines();
+        assert_eq!(lines.len(), 16, "{plugin}: {lines:#?}");
+        assert_eq!(lines[12], "cache ns holds 4 objects; ns/d cached=true", "{plugin}");
+        assert_eq!(log.count("probe ns/zz found=false"), 4, "{plugin}");
+        // The initial list's order is the source's; the lines are compared
+        // as a set.
+        let mut lines = lines;
+        lines.sort();
+        seen.push(lines);
+        run.stop().await;
+    }
+    assert_eq!(seen[0], seen[1], "the Go reader logs what the Rust one logs");
+}

@@ -1,0 +1,7 @@
+module informerhost.dev/plugins/go-kube-probe
+
+go 1.24
+
+require informerhost.dev/guest v0.0.0
+
+replace informerhost.dev/guest => ../go-sdk

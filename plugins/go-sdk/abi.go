@@ -90,12 +90,16 @@ var ret [4]uint32
 
 func retPtr() unsafe.Pointer { return unsafe.Pointer(&ret) }
 
-// takeString reads a `string` from ret.
-func takeString() string {
-	s := take(ret[0], ret[1])
+// takeStringAt copies a string the host wrote into the arena, then
+// forgets the arena.
+func takeStringAt(ptr, n uint32) string {
+	s := take(ptr, n)
 	resetArena()
 	return s
 }
+
+// takeString reads a `string` from ret.
+func takeString() string { return takeStringAt(ret[0], ret[1]) }
 
 // takeOption reads an `option<string>` from ret: a byte discriminant, then
 // the string at offset 4.
@@ -104,9 +108,7 @@ func takeOption() (string, bool) {
 		resetArena()
 		return "", false
 	}
-	s := take(ret[1], ret[2])
-	resetArena()
-	return s, true
+	return takeStringAt(ret[1], ret[2]), true
 }
 
 // takePairs reads a `list<tuple<string, string>>` from ret: 16 bytes per

@@ -87,11 +87,3 @@ func CacheByIndex(index, value string) ([]*Object, error) {
 	}
 	return takeHandles(ret[1], ret[2]), nil
 }
-
-// takeStringAt copies a string the host wrote into the arena, then
-// forgets the arena.
-func takeStringAt(ptr, n uint32) string {
-	s := take(ptr, n)
-	resetArena()
-	return s
-}

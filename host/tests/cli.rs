@@ -378,6 +378,13 @@ fn run_the_examples_edit_a_manifest_scrape_and_terminate() {
     assert!(log.contains("all informers stopped"), "{log}");
 }
 
+/// The resourceVersion a write produced, from its `write:` log line.
+fn written_rv(log: &str, needle: &str) -> String {
+    let line = log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} in:\n{log}"));
+    let rest = line.split(" rv=\"").nth(1).unwrap_or_else(|| panic!("no rv in {line}"));
+    rest.split('"').next().unwrap().to_string()
+}
+
 /// Lines the reloader controller logged (`controller{name=reloader}`).
 fn reloader_lines(log: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains("controller{name=reloader}") && l.contains(needle)).count()
@@ -398,8 +405,17 @@ fn the_reloader_patches_the_deployment_in_the_embedded_store_once_per_change() {
     let addr = host.admin_addr();
     host.wait_for("ready in", 60);
     // First sight: the hash goes on the Deployment's metadata (no roll).
+    // The deployment-log plugin may load before or after that patch, so it
+    // sees the patched version as an update or in its initial list: either
+    // way, at the resourceVersion the write produced.
+    let log = host.wait_for("write: patch Deployment shop/web", 30);
+    let rv = written_rv(&log, "write: patch Deployment shop/web");
     let log = host.wait_until("the deployment-log plugin sees the patched Deployment", 30, |log| {
-        log.lines().any(|l| from_plugin(l, "deployment-log") && l.contains("updated Deployment shop/web rv"))
+        log.lines().any(|l| {
+            from_plugin(l, "deployment-log")
+                && l.contains("Deployment shop/web")
+                && (l.contains(&format!("at rv {rv} ")) || l.contains(&format!("-> {rv} ")))
+        })
     });
     assert!(log.contains("controller{name=reloader}: started in"), "{log}");
     assert_eq!(reloader_lines(&log, "write: patch Deployment shop/web"), 1, "{log}");

@@ -220,9 +220,17 @@ impl WriteGuard {
                 self.stats.dry_run.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(plugin = %plugin, tenant, verb, object = %target, ?latency, "dry run: would {verb} {target}{summary}");
             }
-            Ok(_) => {
+            Ok(written) => {
                 self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(plugin = %plugin, tenant, verb, object = %target, ?latency, "write: {verb} {target}");
+                // The resourceVersion the write produced ("" for a delete or
+                // an Event), so a log reader can match it with what the
+                // informers later deliver.
+                let rv = written
+                    .as_ref()
+                    .and_then(|o| o.pointer("/metadata/resourceVersion"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                tracing::info!(plugin = %plugin, tenant, verb, object = %target, rv, ?latency, "write: {verb} {target}");
             }
             Err(e) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);

@@ -30,7 +30,7 @@ pub use bindings::Outcome;
 pub use guard::{GuardConfig, NamespaceScope, WriteGuard, WriteRule, WriteStats};
 pub use instance::{CONTROLLER_WORLD, ControllerInstance, LoadedController, ReconcileError};
 pub use keys::{KeyQueue, check_key};
-pub use runner::{ControllerOptions, ControllerRunner, Mapping, Secondary};
+pub use runner::{ControllerError, ControllerOptions, ControllerRunner, Mapping, Secondary};
 
 /// What a controller's instances reach through their imports; shared by
 /// every instance of one controller.

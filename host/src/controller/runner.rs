@@ -157,6 +157,32 @@ impl ControllerRunner {
         options: ControllerOptions,
         visibility: Option<Visibility>,
     ) -> Result<ControllerRunner, ControllerError> {
+        Self::prepare_from(runtime, spec, None, informers, guard, options, visibility)
+    }
+
+    /// As [`ControllerRunner::prepare`] for a component in memory (one
+    /// pulled from a registry) rather than at `spec.wasm`.
+    pub fn prepare_bytes(
+        runtime: &PluginRuntime,
+        spec: PluginSpec,
+        bytes: &[u8],
+        informers: &HashMap<String, SharedIndexInformer>,
+        guard: Arc<WriteGuard>,
+        options: ControllerOptions,
+        visibility: Option<Visibility>,
+    ) -> Result<ControllerRunner, ControllerError> {
+        Self::prepare_from(runtime, spec, Some(bytes), informers, guard, options, visibility)
+    }
+
+    fn prepare_from(
+        runtime: &PluginRuntime,
+        spec: PluginSpec,
+        bytes: Option<&[u8]>,
+        informers: &HashMap<String, SharedIndexInformer>,
+        guard: Arc<WriteGuard>,
+        options: ControllerOptions,
+        visibility: Option<Visibility>,
+    ) -> Result<ControllerRunner, ControllerError> {
         let name = spec.name.clone();
         let informer = |informer: &str| {
             informers
@@ -187,7 +213,10 @@ impl ControllerRunner {
             stores,
             keys: keys.clone(),
         });
-        let loaded = Arc::new(runtime.load_controller(spec, ctx.clone())?);
+        let loaded = Arc::new(match bytes {
+            Some(bytes) => runtime.load_controller_bytes(spec, bytes, ctx.clone())?,
+            None => runtime.load_controller(spec, ctx.clone())?,
+        });
         let stats = Arc::new(ReconcileStats::default());
         let filter = visibility.clone();
         let mut registrations = Vec::new();

@@ -22,6 +22,9 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
+use crate::cluster::ClusterWriter;
+use crate::cluster::kube_writer::KubeWriter;
+use crate::controller::ControllerRunner;
 use crate::coordination::Coordinator;
 use crate::informer::{FnHandler, InformerOptions, Notification, ObjectRef, SharedIndexInformer};
 use crate::metrics::PluginResourcesSnapshot;
@@ -33,7 +36,8 @@ use crate::workqueue::{RateLimitingQueue, default_controller_rate_limiter};
 
 use super::component::{self, Fetched};
 use super::crd::{GROUP, Plugin, PluginCounters, TenantPolicy, VERSION, WatchSpec};
-use super::policy::{self, Effective, Refusal};
+use super::policy::{self, ControllerSettings, Effective, Refusal};
+use super::reconcilers::{self, Assembly};
 use super::status::{self, Observed, Report};
 
 /// How the controller runs.
@@ -72,11 +76,15 @@ impl Default for PluginResourcesOptions {
 
 /// A loaded plugin, as this controller loaded it.
 struct Loaded {
+    /// Its name in the registry (a handler) or its runner's (a controller).
     registry_name: String,
     /// The settings it was loaded with; others mean a new load.
     settings: String,
     digest: String,
-    watch: String,
+    /// The informers it uses: `watch`'s, then a controller's watches'.
+    watches: Vec<String>,
+    /// A controller's running workers and handlers; `None` for a handler.
+    runner: Option<ControllerRunner>,
 }
 
 struct Watch {
@@ -90,6 +98,9 @@ pub struct PluginResources {
     client: Client,
     registry: PluginRegistry,
     options: PluginResourcesOptions,
+    /// Sends the writes of every controller this replica runs (one, so
+    /// discovery is shared).
+    writer: Arc<dyn ClusterWriter>,
     plugins: SharedIndexInformer,
     policies: SharedIndexInformer,
     namespaces: SharedIndexInformer,
@@ -145,6 +156,7 @@ impl PluginResources {
             plugins: informer("Plugin", "plugins", &gv, options.namespace.as_deref(), "plugin-resources"),
             policies: informer("TenantPolicy", "tenantpolicies", &gv, None, "tenant-policies"),
             namespaces: informer("Namespace", "namespaces", "v1", None, "namespaces"),
+            writer: Arc::new(KubeWriter::new(client.clone()).with_reporting_instance(options.identity.clone())),
             client,
             registry,
             options,
@@ -228,7 +240,7 @@ impl PluginResources {
             let lost: Vec<String> = self.loaded.lock().keys().filter(|k| !now.contains(*k)).cloned().collect();
             for key in lost {
                 tracing::info!(key = %key, "lost to another replica: unloading");
-                self.unload(&key);
+                self.unload(&key).await;
             }
             let loaded: Vec<String> = self.loaded.lock().keys().cloned().collect();
             now.into_iter().filter(|k| !loaded.contains(k)).for_each(|k| self.queue.add(k));
@@ -306,7 +318,7 @@ impl PluginResources {
         self.queue.shutdown();
         let keys: Vec<String> = self.loaded.lock().keys().cloned().collect();
         for key in keys {
-            self.unload(&key);
+            self.unload(&key).await;
         }
         // Only now, with nothing delivering here, may others take them.
         let coordinator = self.coordinator.lock().take();
@@ -318,19 +330,19 @@ impl PluginResources {
 
     async fn reconcile(&self, key: &str) -> Next {
         let Some(obj) = self.plugins.store().get(key) else {
-            self.unload(key);
+            self.unload(key).await;
             return Next::Done;
         };
         if !self.owns(key) {
             // Another replica runs it and writes its status.
-            self.unload(key);
+            self.unload(key).await;
             return Next::Done;
         }
         let plugin: Plugin = match obj.parse() {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!("cannot read Plugin {key}: {e}");
-                self.unload(key);
+                self.unload(key).await;
                 return Next::Done;
             }
         };
@@ -342,11 +354,11 @@ impl PluginResources {
             .get(&namespace)
             .map(|ns| ns.labels().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         let admitted = policy::policy_for(&namespace, labels.as_ref(), &policies)
-            .and_then(|p| policy::admit(&plugin.spec, p, &self.options.defaults));
+            .and_then(|p| policy::admit(&plugin.spec, &namespace, p, &self.options.defaults));
         let effective = match admitted {
             Ok(e) => e,
             Err(refusal) => {
-                self.unload(key);
+                self.unload(key).await;
                 self.write_status(&plugin, self.refused(&plugin, &refusal)).await;
                 return Next::Done;
             }
@@ -398,6 +410,9 @@ impl PluginResources {
             self.loaded.lock().get(key).map(|l| (l.registry_name.clone(), l.settings.clone(), l.digest.clone()));
         match current {
             Some((name, s, d)) if s == settings && d == fetched.digest => Ok(name),
+            Some((name, s, _)) if s == settings && effective.controller.is_some() => {
+                self.swap_controller(key, plugin, effective, fetched).await.map(|()| name)
+            }
             Some((name, s, _)) if s == settings => {
                 let registry = self.registry.clone();
                 let (n, bytes) = (name.clone(), fetched.bytes);
@@ -417,7 +432,7 @@ impl PluginResources {
             other => {
                 if other.is_some() {
                     tracing::info!("settings changed: loading again");
-                    self.unload(key);
+                    self.unload(key).await;
                 }
                 self.load(key, plugin, effective, settings, fetched).await
             }
@@ -434,6 +449,21 @@ impl PluginResources {
     ) -> Result<String, (Refusal, bool)> {
         let namespace = plugin.namespace().unwrap_or_default();
         let name = registry_name(&namespace, &plugin.name_any());
+        if let Some(max) = effective.max_plugins {
+            let running =
+                self.loaded.lock().keys().filter(|k| k.split_once('/').is_some_and(|(ns, _)| ns == namespace)).count();
+            if running >= max {
+                let message = format!(
+                    "tenant {namespace:?} already runs {running} plugin(s), the most TenantPolicy {:?} allows",
+                    effective.policy
+                );
+                // A deletion in the namespace requeues it.
+                return Err((Refusal { reason: "TenantFull", message }, true));
+            }
+        }
+        if let Some(c) = &effective.controller {
+            return self.load_controller(key, plugin, effective, c, settings, fetched).await;
+        }
         let watch = self.acquire_watch(&namespace, &plugin.spec.watch);
         let ns = namespace.clone();
         self.registry.set_tenant(
@@ -468,7 +498,13 @@ impl PluginResources {
         match loaded {
             Ok(Ok(_)) => {
                 tracing::info!(plugin = %name, digest = %fetched.digest, "loaded");
-                let l = Loaded { registry_name: name.clone(), settings, digest: fetched.digest, watch };
+                let l = Loaded {
+                    registry_name: name.clone(),
+                    settings,
+                    digest: fetched.digest,
+                    watches: vec![watch],
+                    runner: None,
+                };
                 self.loaded.lock().insert(key.to_string(), l);
                 Ok(name)
             }
@@ -488,13 +524,139 @@ impl PluginResources {
         }
     }
 
-    fn unload(&self, key: &str) {
+    /// Starts a controller: the informers of its watch and watches (shared
+    /// with the namespace's other plugins), then its runner.
+    async fn load_controller(
+        &self,
+        key: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        controller: &ControllerSettings,
+        settings: String,
+        fetched: Fetched,
+    ) -> Result<String, (Refusal, bool)> {
+        let namespace = plugin.namespace().unwrap_or_default();
+        let name = registry_name(&namespace, &plugin.name_any());
+        let mut watches = vec![self.acquire_watch(&namespace, &plugin.spec.watch)];
+        for w in &controller.watches {
+            let spec = WatchSpec {
+                api_version: w.api_version.clone(),
+                kind: w.kind.clone(),
+                label_selector: w.label_selector.clone(),
+                field_selector: None,
+            };
+            watches.push(self.acquire_watch(&namespace, &spec));
+        }
+        let prepared = self.prepare_controller(&name, plugin, effective, controller, &watches, &fetched).await;
+        match prepared {
+            Ok(mut runner) => {
+                runner.run();
+                tracing::info!(plugin = %name, digest = %fetched.digest, workers = controller.max_concurrent_reconciles, "controller loaded");
+                let l = Loaded {
+                    registry_name: name.clone(),
+                    settings,
+                    digest: fetched.digest,
+                    watches,
+                    runner: Some(runner),
+                };
+                self.loaded.lock().insert(key.to_string(), l);
+                Ok(name)
+            }
+            Err(refusal) => {
+                watches.iter().for_each(|w| self.release_watch(w));
+                Err((refusal, false))
+            }
+        }
+    }
+
+    /// Loads a controller's new component and lets it take over from the
+    /// running one (the runner's zero-loss hand-over).
+    async fn swap_controller(
+        &self,
+        key: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        fetched: Fetched,
+    ) -> Result<(), (Refusal, bool)> {
+        let controller = effective.controller.as_ref().expect("swap_controller is for controllers");
+        let Some((name, watches)) = self.loaded.lock().get(key).map(|l| (l.registry_name.clone(), l.watches.clone()))
+        else {
+            return Err((Refusal { reason: "SwapFailed", message: "not running".into() }, true));
+        };
+        let mut next = self
+            .prepare_controller(&name, plugin, effective, controller, &watches, &fetched)
+            .await
+            .map_err(|r| (Refusal { reason: "SwapFailed", message: r.message }, false))?;
+        let old = self.loaded.lock().get_mut(key).and_then(|l| l.runner.take());
+        if let Some(old) = old {
+            next.take_over(old).await;
+        } else {
+            next.run();
+        }
+        tracing::info!(plugin = %name, digest = %fetched.digest, "swapped to a new version");
+        if let Some(l) = self.loaded.lock().get_mut(key) {
+            l.digest = fetched.digest;
+            l.runner = Some(next);
+        }
+        Ok(())
+    }
+
+    async fn prepare_controller(
+        &self,
+        name: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        controller: &ControllerSettings,
+        watches: &[String],
+        fetched: &Fetched,
+    ) -> Result<ControllerRunner, Refusal> {
+        let not_loaded = |message: String| Refusal { reason: "LoadFailed", message };
+        let informers = watches
+            .iter()
+            .map(|w| self.registry.informer(w).ok_or_else(|| not_loaded(format!("informer {w} is gone"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (runtime, writer) = (self.registry.runtime().clone(), self.writer.clone());
+        let (name, namespace) = (name.to_string(), plugin.namespace().unwrap_or_default());
+        let (kind, effective, controller) = (plugin.spec.watch.kind.clone(), effective.clone(), controller.clone());
+        let (bytes, origin, log_sink) = (fetched.bytes.clone(), fetched.origin.clone(), self.options.log_sink.clone());
+        let handle = tokio::runtime::Handle::current();
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _entered = handle.enter();
+            let _span = span.enter();
+            let assembly = Assembly {
+                name: &name,
+                namespace: &namespace,
+                primary_kind: &kind,
+                effective: &effective,
+                settings: &controller,
+                informers,
+                log_sink,
+                origin: &origin,
+            };
+            reconcilers::prepare(&runtime, writer, assembly, &bytes)
+        })
+        .await
+        .map_err(|e| not_loaded(e.to_string()))?
+        .map_err(|e| not_loaded(e.to_string()))
+    }
+
+    async fn unload(&self, key: &str) {
         let Some(l) = self.loaded.lock().remove(key) else { return };
-        if let Err(e) = self.registry.unload(&l.registry_name) {
-            tracing::warn!(plugin = %l.registry_name, "unloading: {e}");
+        match l.runner {
+            // Drains: a reconcile under way finishes, so no write of it
+            // can follow this replica handing the plugin over.
+            Some(runner) => runner.stop().await,
+            None => {
+                if let Err(e) = self.registry.unload(&l.registry_name) {
+                    tracing::warn!(plugin = %l.registry_name, "unloading: {e}");
+                }
+            }
         }
         tracing::info!(plugin = %l.registry_name, "unloaded");
-        self.release_watch(&l.watch);
+        for watch in &l.watches {
+            self.release_watch(watch);
+        }
         // A plugin refused because its tenant was full may fit now.
         let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
         for k in self.plugins.store().list_keys() {
@@ -578,6 +740,9 @@ impl PluginResources {
 
     fn running(&self, plugin: &Plugin, name: &str) -> Report {
         let digest = self.loaded.lock().values().find(|l| l.registry_name == name).map(|l| l.digest.clone());
+        if let Some(report) = self.running_controller(plugin, name, digest.as_deref()) {
+            return report;
+        }
         let st = self.registry.get(name);
         let (synced, degraded, counters) = match &st {
             Some(s) => (
@@ -596,6 +761,8 @@ impl PluginResources {
                     crashed: s.crashed,
                     pending: s.pending as u64,
                     swaps: s.swaps,
+                    writes: None,
+                    refused_writes: None,
                 }),
             ),
             None => (Observed::unknown("NotLoaded", ""), Observed::no("NotLoaded", ""), None),
@@ -609,6 +776,42 @@ impl PluginResources {
             replica: Some(self.options.identity.clone()),
             counters,
         }
+    }
+
+    /// The report of a running controller: synced once its handlers
+    /// delivered their informers' caches; its reconciles and writes as
+    /// counters.
+    fn running_controller(&self, plugin: &Plugin, name: &str, digest: Option<&str>) -> Option<Report> {
+        let loaded = self.loaded.lock();
+        let runner = loaded.values().find(|l| l.registry_name == name)?.runner.as_ref()?;
+        let (stats, writes) = (runner.stats(), &runner.guard().stats);
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let (failed, trapped) = (n(&stats.failed), n(&stats.trapped));
+        Some(Report {
+            generation: plugin.metadata.generation,
+            ready: Observed::yes("Loaded", format!("running {}", digest.unwrap_or("?"))),
+            synced: if runner.has_synced() {
+                Observed::yes("Synced", "every cached object was queued for a reconcile")
+            } else {
+                Observed::no("Syncing", "the informers' caches are still being queued")
+            },
+            degraded: if trapped > 0 {
+                Observed::yes("ReconcileTrapped", format!("{trapped} reconciles trapped; {failed} failed"))
+            } else {
+                Observed::no("Healthy", "")
+            },
+            digest: digest.map(String::from),
+            replica: Some(self.options.identity.clone()),
+            counters: Some(PluginCounters {
+                delivered: n(&stats.succeeded),
+                failed,
+                crashed: trapped,
+                pending: runner.queue().len() as u64,
+                swaps: 0,
+                writes: Some(n(&writes.succeeded)),
+                refused_writes: Some(n(&writes.refused)),
+            }),
+        })
     }
 
     async fn write_status(&self, plugin: &Plugin, report: Report) {

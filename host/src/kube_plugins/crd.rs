@@ -20,7 +20,8 @@ pub const GROUP: &str = "informer-host.dev";
 /// Their version.
 pub const VERSION: &str = "v1alpha1";
 
-/// A WebAssembly handler the host loads for the namespace it lives in.
+/// A WebAssembly handler or controller the host loads for the namespace it
+/// lives in.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "informer-host.dev",
@@ -67,6 +68,94 @@ pub struct PluginSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_pending: Option<u32>,
+    /// Present: the component is a controller (world `controller`). It
+    /// reconciles the keys of `watch`'s objects, reads the caches of its
+    /// watches and writes through the host, within its write rules and its
+    /// own namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<ControllerSpec>,
+}
+
+/// A controller's settings (controller-runtime's words where they exist).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ControllerSpec {
+    /// The name the plugin reads `watch`'s cache by (`stores.get`).
+    #[schemars(length(min = 1, max = 63))]
+    pub store: String,
+    /// Other resources whose changes enqueue keys of `watch`'s objects
+    /// (controller-runtime's `Owns`/`Watches`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watches: Vec<SecondaryWatch>,
+    /// What it may write, each within one of its TenantPolicy's
+    /// `allowedWriteRules`; none: it writes nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write_rules: Vec<WriteRuleSpec>,
+    /// Workers, each with its own instance (default 1), capped by the
+    /// TenantPolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_concurrent_reconciles: Option<u32>,
+    /// Writes per second (default 5, client-go's), capped by the
+    /// TenantPolicy; the burst is twice this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub writes_per_second: Option<u32>,
+    /// Every write is sent with `dryRun=All`: checked, never persisted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// A secondary resource of a controller.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.mappedBy != 'Label' || has(self.label)",
+    "message": "mappedBy Label needs label"
+}]))]
+pub struct SecondaryWatch {
+    /// The name the plugin reads its cache by, and `map` is called with.
+    #[schemars(length(min = 1, max = 63))]
+    pub store: String,
+    #[schemars(length(min = 1, max = 316))]
+    pub api_version: String,
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+    /// How its objects become keys of the primary's: `Owner` (their
+    /// controller owner reference), `Label` (the value of `label` names the
+    /// primary object), `Map` (the plugin's `map` export).
+    #[serde(default)]
+    pub mapped_by: MappedBy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// How a secondary's objects become primary keys.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, JsonSchema)]
+pub enum MappedBy {
+    #[default]
+    Owner,
+    Label,
+    Map,
+}
+
+/// What a controller may write: API groups (`""` is the core group),
+/// kinds (`Deployment`, `Deployment/status` for the status subresource),
+/// verbs (`create`, `update`, `patch`, `delete`) and, when not empty, only
+/// these names. `*` matches anything. Unlike an RBAC rule it names kinds,
+/// not resources, so it is checked without discovery.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteRuleSpec {
+    pub api_groups: Vec<String>,
+    #[schemars(length(min = 1))]
+    pub kinds: Vec<String>,
+    #[schemars(length(min = 1))]
+    pub verbs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
 }
 
 /// Exactly one of `oci`, `configMap`, `secret`.
@@ -155,6 +244,8 @@ pub enum Grant {
     Log,
     Cache,
     Clocks,
+    /// Writes (controllers only), within the write rules.
+    Kube,
 }
 
 impl Grant {
@@ -163,6 +254,7 @@ impl Grant {
             Grant::Log => "log",
             Grant::Cache => "cache",
             Grant::Clocks => "clocks",
+            Grant::Kube => "kube",
         }
     }
 }
@@ -205,12 +297,18 @@ pub struct PluginCounters {
     pub crashed: u64,
     pub pending: u64,
     pub swaps: u64,
+    /// A controller's writes the server accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<u64>,
+    /// A controller's writes the host refused (rules, namespace, rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_writes: Option<u64>,
 }
 
 /// What the plugins of the namespaces it matches may have. A plugin asking
 /// for more is not loaded (`Ready=False`, naming the limit); one in a
 /// namespace no policy matches is not loaded either.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[kube(
     group = "informer-host.dev",
     version = "v1alpha1",
@@ -243,6 +341,24 @@ pub struct TenantPolicySpec {
     /// The grants its plugins may ask for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_grants: Vec<Grant>,
+    /// What its controllers may be allowed to write: each write rule of a
+    /// plugin must lie within one of these. Writes are always confined to
+    /// the plugin's own namespace. None: its plugins write nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_write_rules: Vec<WriteRuleSpec>,
+    /// Cap on `maxConcurrentReconciles` (default 1 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_concurrent_reconciles: Option<u32>,
+    /// Cap on `writesPerSecond` (client-go's 5 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_writes_per_second: Option<u32>,
+    /// Writes of its controllers impersonate this ServiceAccount of the
+    /// plugin's namespace, so the cluster's RBAC judges them too (the
+    /// host's own account needs `impersonate` on serviceaccounts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impersonate_service_account: Option<String>,
 }
 
 /// The CRDs of [`Plugin`] and [`TenantPolicy`], as `deploy/crds/` holds them.

@@ -7,12 +7,14 @@
 //! Modules: `crd` (the resources' wire shape and CRDs), `policy` (a spec
 //! checked against its tenant's policy), `component` (reading the component
 //! a spec names), `status` (conditions and writing them), `controller` (the
-//! loop that makes the registry run what the resources say).
+//! loop that makes the registry run what the resources say), `reconcilers`
+//! (a `Plugin` that is a controller, put together).
 
 pub mod component;
 pub mod controller;
 pub mod crd;
 pub mod policy;
+mod reconcilers;
 pub mod status;
 
 pub use controller::{PluginResources, PluginResourcesOptions};

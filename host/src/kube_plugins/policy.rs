@@ -12,7 +12,12 @@ use std::time::Duration;
 use crate::plugin::{Grants, Limits};
 use crate::registry::OnSwap;
 
-use super::crd::{Grant, LimitsSpec, OnSwapPolicy, PluginSpec, TenantPolicy, TenantPolicySpec};
+use crate::controller::WriteRule;
+
+use super::crd::{
+    ControllerSpec, Grant, LimitsSpec, MappedBy, OnSwapPolicy, PluginSpec, SecondaryWatch, TenantPolicy,
+    TenantPolicySpec, WriteRuleSpec,
+};
 
 /// Why a plugin is not loaded, as a condition's reason and message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,7 +46,26 @@ pub struct Effective {
     pub max_pending: Option<usize>,
     pub config_json: String,
     pub max_plugins: Option<usize>,
+    /// Present for a controller.
+    pub controller: Option<ControllerSettings>,
 }
+
+/// A controller's settings once allowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControllerSettings {
+    /// The primary's store name.
+    pub store: String,
+    pub watches: Vec<SecondaryWatch>,
+    pub rules: Vec<WriteRule>,
+    pub max_concurrent_reconciles: usize,
+    pub qps: u32,
+    pub dry_run: bool,
+    /// `system:serviceaccount:<namespace>:<name>`, from the policy.
+    pub impersonate: Option<String>,
+}
+
+/// client-go's default QPS, the writes per second when nothing says more.
+const DEFAULT_WRITES_PER_SECOND: u32 = 5;
 
 /// The policy whose namespaces (by name or labels) include `namespace`.
 /// None matching, or more than one, is a refusal: which caps would apply
@@ -85,7 +109,12 @@ fn name_of(p: &TenantPolicy) -> &str {
 
 /// Reads `spec` and checks it against `policy`; `defaults` are the host's
 /// limits for what neither sets.
-pub fn admit(spec: &PluginSpec, policy: &TenantPolicy, defaults: &Limits) -> Result<Effective, Refusal> {
+pub fn admit(
+    spec: &PluginSpec,
+    namespace: &str,
+    policy: &TenantPolicy,
+    defaults: &Limits,
+) -> Result<Effective, Refusal> {
     let cap = &policy.spec;
     let pname = name_of(policy);
     let over = |field: &str, asked: String, allowed: String| {
@@ -154,8 +183,10 @@ pub fn admit(spec: &PluginSpec, policy: &TenantPolicy, defaults: &Limits) -> Res
             Grant::Log => grants.log = true,
             Grant::Cache => grants.cache = true,
             Grant::Clocks => grants.clocks = true,
+            Grant::Kube => grants.kube = true,
         }
     }
+    let controller = spec.controller.as_ref().map(|c| admit_controller(c, namespace, policy)).transpose()?;
 
     let max_pending = match (spec.max_pending, cap.max_pending) {
         (Some(a), Some(c)) if a > c => return Err(over("spec.maxPending", a.to_string(), c.to_string())),
@@ -182,7 +213,117 @@ pub fn admit(spec: &PluginSpec, policy: &TenantPolicy, defaults: &Limits) -> Res
         max_pending,
         config_json,
         max_plugins: cap.max_plugins.map(|n| n as usize),
+        controller,
     })
+}
+
+/// Checks a controller's settings against the policy: every write rule
+/// within an allowed one, workers and writes per second under the caps.
+fn admit_controller(c: &ControllerSpec, namespace: &str, policy: &TenantPolicy) -> Result<ControllerSettings, Refusal> {
+    let cap = &policy.spec;
+    let pname = name_of(policy);
+    let mut stores = vec![c.store.as_str()];
+    for (i, w) in c.watches.iter().enumerate() {
+        if stores.contains(&w.store.as_str()) {
+            return Err(Refusal::new(
+                "InvalidSpec",
+                format!("spec.controller.watches[{i}].store {:?} names a store already named", w.store),
+            ));
+        }
+        stores.push(&w.store);
+        if w.mapped_by == MappedBy::Label && w.label.as_deref().is_none_or(str::is_empty) {
+            return Err(Refusal::new(
+                "InvalidSpec",
+                format!("spec.controller.watches[{i}]: mappedBy Label needs the label whose value names the object"),
+            ));
+        }
+    }
+    for (i, rule) in c.write_rules.iter().enumerate() {
+        if !cap.allowed_write_rules.iter().any(|allowed| within(rule, allowed)) {
+            return Err(Refusal::new(
+                "WriteRuleNotAllowed",
+                format!(
+                    "spec.controller.writeRules[{i}] ({}) is not within any allowedWriteRules of TenantPolicy {pname:?}{}",
+                    describe(rule),
+                    if cap.allowed_write_rules.is_empty() {
+                        " (it allows no writes)".to_string()
+                    } else {
+                        format!(
+                            " (allowed: {})",
+                            cap.allowed_write_rules.iter().map(describe).collect::<Vec<_>>().join("; ")
+                        )
+                    }
+                ),
+            ));
+        }
+    }
+    let over = |field: &str, asked: u32, allowed: u32| {
+        Refusal::new(
+            "OverTenantPolicy",
+            format!(
+                "{field} {asked} exceeds the cap of TenantPolicy {pname:?} ({allowed}); lower it, or ask for a higher cap"
+            ),
+        )
+    };
+    let workers_cap = cap.max_concurrent_reconciles.unwrap_or(1);
+    let workers = c.max_concurrent_reconciles.unwrap_or(1);
+    if workers > workers_cap {
+        return Err(over("spec.controller.maxConcurrentReconciles", workers, workers_cap));
+    }
+    let qps_cap = cap.max_writes_per_second.unwrap_or(DEFAULT_WRITES_PER_SECOND);
+    let qps = match c.writes_per_second {
+        Some(q) if q > qps_cap => return Err(over("spec.controller.writesPerSecond", q, qps_cap)),
+        Some(q) => q,
+        None => DEFAULT_WRITES_PER_SECOND.min(qps_cap),
+    };
+    Ok(ControllerSettings {
+        store: c.store.clone(),
+        watches: c.watches.clone(),
+        rules: c
+            .write_rules
+            .iter()
+            .map(|r| WriteRule {
+                api_groups: r.api_groups.clone(),
+                kinds: r.kinds.clone(),
+                verbs: r.verbs.clone(),
+                names: r.names.clone(),
+            })
+            .collect(),
+        max_concurrent_reconciles: workers as usize,
+        qps,
+        dry_run: c.dry_run,
+        impersonate: cap
+            .impersonate_service_account
+            .as_ref()
+            .map(|sa| format!("system:serviceaccount:{namespace}:{sa}")),
+    })
+}
+
+/// Whether everything `rule` allows, `allowed` allows too.
+fn within(rule: &WriteRuleSpec, allowed: &WriteRuleSpec) -> bool {
+    // A `*` in the plugin's rule is covered only by a `*` in the policy's.
+    let covers = |have: &[String], asked: &[String]| {
+        have.iter().any(|h| h == "*") || asked.iter().all(|a| a != "*" && have.contains(a))
+    };
+    covers(&allowed.api_groups, &rule.api_groups)
+        && covers(&allowed.kinds, &rule.kinds)
+        && covers(&allowed.verbs, &rule.verbs)
+        && (allowed.names.is_empty()
+            || (!rule.names.is_empty() && rule.names.iter().all(|n| allowed.names.contains(n))))
+}
+
+/// `patch apps/Deployment`, `create Event named a, b`.
+fn describe(rule: &WriteRuleSpec) -> String {
+    let kinds: Vec<String> = rule
+        .api_groups
+        .iter()
+        .flat_map(|g| rule.kinds.iter().map(move |k| if g.is_empty() { k.clone() } else { format!("{g}/{k}") }))
+        .collect();
+    let mut out = format!("{} {}", rule.verbs.join(","), kinds.join(","));
+    if !rule.names.is_empty() {
+        out.push_str(&format!(" named {}", rule.names.join(",")));
+    }
+    out
 }
 
 struct ReadLimits {
@@ -255,6 +396,7 @@ mod tests {
                 },
                 max_pending: Some(100),
                 allowed_grants: vec![Grant::Log],
+                ..Default::default()
             },
         )
     }
@@ -277,12 +419,13 @@ mod tests {
             config: None,
             on_swap: None,
             max_pending: None,
+            controller: None,
         }
     }
 
     #[test]
     fn unset_limits_get_the_tenants_cap() {
-        let e = admit(&spec(), &team_a(), &Limits::default()).unwrap();
+        let e = admit(&spec(), "team-a", &team_a(), &Limits::default()).unwrap();
         assert_eq!(e.limits.fuel_per_call, Some(1_000_000));
         assert_eq!(e.limits.deadline_per_call, Duration::from_millis(200));
         assert_eq!(e.limits.memory_bytes, 32 << 20);
@@ -294,19 +437,21 @@ mod tests {
     fn a_limit_over_the_cap_is_refused_naming_it() {
         let mut s = spec();
         s.limits.memory = Some("64Mi".into());
-        let r = admit(&s, &team_a(), &Limits::default()).unwrap_err();
+        let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
         assert_eq!(r.reason, "OverTenantPolicy");
         assert!(r.message.contains("spec.limits.memory 64Mi exceeds the cap of TenantPolicy \"team-a\" (32Mi)"), "{r}");
         let mut s = spec();
         s.limits.fuel_per_call = Some(2_000_000);
-        assert!(admit(&s, &team_a(), &Limits::default()).unwrap_err().message.contains("fuelPerCall 2000000"));
+        assert!(
+            admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err().message.contains("fuelPerCall 2000000")
+        );
     }
 
     #[test]
     fn a_grant_the_policy_does_not_allow_is_refused() {
         let mut s = spec();
         s.grants = vec![Grant::Log, Grant::Clocks];
-        let r = admit(&s, &team_a(), &Limits::default()).unwrap_err();
+        let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
         assert_eq!(r.reason, "GrantNotAllowed");
         assert!(r.message.contains("\"clocks\" is not allowed by TenantPolicy \"team-a\" (allowed: log)"), "{r}");
     }
@@ -320,8 +465,7 @@ mod tests {
                 namespace_labels: Some([("tenant".to_string(), "yes".to_string())].into()),
                 max_plugins: None,
                 limits: LimitsSpec::default(),
-                max_pending: None,
-                allowed_grants: vec![],
+                ..Default::default()
             },
         );
         let policies = vec![team_a(), by_label];
@@ -334,6 +478,113 @@ mod tests {
         assert!(r.message.contains("\"team-a\", \"labelled\""), "{r}");
     }
 
+    fn rule(groups: &[&str], kinds: &[&str], verbs: &[&str], names: &[&str]) -> WriteRuleSpec {
+        let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();
+        WriteRuleSpec { api_groups: v(groups), kinds: v(kinds), verbs: v(verbs), names: v(names) }
+    }
+
+    fn controller(rules: Vec<WriteRuleSpec>) -> PluginSpec {
+        let mut s = spec();
+        s.controller = Some(ControllerSpec {
+            store: "deployments".into(),
+            watches: vec![],
+            write_rules: rules,
+            max_concurrent_reconciles: None,
+            writes_per_second: None,
+            dry_run: false,
+        });
+        s
+    }
+
+    fn writer_policy() -> TenantPolicy {
+        let mut p = team_a();
+        p.spec.allowed_write_rules = vec![
+            rule(&["apps"], &["Deployment", "Deployment/status"], &["patch", "update"], &[]),
+            rule(&[""], &["ConfigMap"], &["*"], &["settings"]),
+        ];
+        p.spec.max_concurrent_reconciles = Some(4);
+        p.spec.impersonate_service_account = Some("plugins".into());
+        p
+    }
+
+    #[test]
+    fn a_controllers_write_rules_must_lie_within_its_policys() {
+        let ok = controller(vec![
+            rule(&["apps"], &["Deployment/status"], &["patch"], &[]),
+            rule(&[""], &["ConfigMap"], &["create", "delete"], &["settings"]),
+        ]);
+        let e = admit(&ok, "team-a", &writer_policy(), &Limits::default()).unwrap();
+        let c = e.controller.unwrap();
+        assert_eq!(c.rules.len(), 2);
+        assert_eq!(c.max_concurrent_reconciles, 1, "one worker unless asked");
+        assert_eq!(c.qps, 5, "client-go's default");
+        assert_eq!(c.impersonate.as_deref(), Some("system:serviceaccount:team-a:plugins"));
+
+        for (bad, names) in [
+            (rule(&["apps"], &["Deployment"], &["delete"], &[]), "delete apps/Deployment"),
+            (rule(&["apps"], &["*"], &["patch"], &[]), "patch apps/*"),
+            (rule(&[""], &["ConfigMap"], &["patch"], &[]), "patch ConfigMap"),
+            (rule(&[""], &["ConfigMap"], &["patch"], &["other"]), "patch ConfigMap named other"),
+            (rule(&[""], &["Secret"], &["get"], &[]), "get Secret"),
+        ] {
+            let r = admit(&controller(vec![bad]), "team-a", &writer_policy(), &Limits::default()).unwrap_err();
+            assert_eq!(r.reason, "WriteRuleNotAllowed", "{names}");
+            assert!(
+                r.message.starts_with(&format!(
+                    "spec.controller.writeRules[0] ({names}) is not within any allowedWriteRules of TenantPolicy \"team-a\" (allowed: "
+                )),
+                "{r}"
+            );
+        }
+        let r = admit(
+            &controller(vec![rule(&[""], &["Event"], &["create"], &[])]),
+            "team-a",
+            &team_a(),
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert!(r.message.ends_with("(it allows no writes)"), "{r}");
+        // A `*` policy allows a `*` rule.
+        let mut open = team_a();
+        open.spec.allowed_write_rules = vec![rule(&["*"], &["*"], &["*"], &[])];
+        admit(&controller(vec![rule(&["*"], &["*"], &["*"], &[])]), "team-a", &open, &Limits::default()).unwrap();
+    }
+
+    #[test]
+    fn a_controllers_workers_and_write_rate_are_capped() {
+        let mut s = controller(vec![]);
+        s.controller.as_mut().unwrap().max_concurrent_reconciles = Some(8);
+        let r = admit(&s, "team-a", &writer_policy(), &Limits::default()).unwrap_err();
+        assert_eq!(r.reason, "OverTenantPolicy");
+        assert!(r.message.starts_with("spec.controller.maxConcurrentReconciles 8 exceeds the cap"), "{r}");
+        s.controller.as_mut().unwrap().max_concurrent_reconciles = Some(2);
+        s.controller.as_mut().unwrap().writes_per_second = Some(50);
+        let r = admit(&s, "team-a", &writer_policy(), &Limits::default()).unwrap_err();
+        assert!(r.message.starts_with("spec.controller.writesPerSecond 50 exceeds the cap"), "{r}");
+        s.controller.as_mut().unwrap().writes_per_second = Some(3);
+        let c = admit(&s, "team-a", &writer_policy(), &Limits::default()).unwrap().controller.unwrap();
+        assert_eq!((c.max_concurrent_reconciles, c.qps), (2, 3));
+    }
+
+    #[test]
+    fn a_controllers_stores_have_distinct_names_and_label_mappings_a_label() {
+        let mut s = controller(vec![]);
+        let watch = |store: &str, mapped_by, label: Option<&str>| SecondaryWatch {
+            store: store.into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            label_selector: None,
+            mapped_by,
+            label: label.map(String::from),
+        };
+        s.controller.as_mut().unwrap().watches = vec![watch("deployments", MappedBy::Map, None)];
+        let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
+        assert!(r.message.contains("watches[0].store \"deployments\" names a store already named"), "{r}");
+        s.controller.as_mut().unwrap().watches = vec![watch("configmaps", MappedBy::Label, None)];
+        let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
+        assert!(r.message.contains("mappedBy Label needs the label"), "{r}");
+    }
+
     #[test]
     fn quantities_and_durations_are_read_or_refused_clearly() {
         assert_eq!(parse_quantity("64Mi", "x").unwrap(), 64 << 20);
@@ -344,7 +595,7 @@ mod tests {
         assert!(r.message.starts_with("spec.limits.memory \"64MB\" is not a quantity"), "{r}");
         let mut s = spec();
         s.resync = Some("often".into());
-        let r = admit(&s, &team_a(), &Limits::default()).unwrap_err();
+        let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
         assert!(r.message.starts_with("spec.resync \"often\" is not a duration"), "{r}");
     }
 }

@@ -335,7 +335,7 @@ fn the_crd_schemas_reject_broken_objects() {
         assert!(!schema_errors(&vp, doc).is_empty(), "the Plugin CRD accepts {what}");
     }
     let broken_policies = [
-        ("a grant that does not exist", edit(&policy, &|d| d["spec"]["allowedGrants"] = json!(["kube"]))),
+        ("a grant that does not exist", edit(&policy, &|d| d["spec"]["allowedGrants"] = json!(["network"]))),
         ("an unknown field", edit(&policy, &|d| d["spec"]["maxPlugin"] = json!(3))),
         ("a negative cap", edit(&policy, &|d| d["spec"]["maxPlugins"] = json!(-1))),
     ];
@@ -358,7 +358,7 @@ fn the_example_plugins_are_admitted_by_the_example_policy() {
             namespaces.iter().find(|n| n.metadata.name.as_deref() == Some(ns)).and_then(|n| n.metadata.labels.as_ref());
         let policy =
             policy::policy_for(ns, labels, &policies).unwrap_or_else(|r| panic!("{}: {}", r.reason, r.message));
-        policy::admit(&p.spec, policy, &informer_host::plugin::Limits::default())
+        policy::admit(&p.spec, ns, policy, &informer_host::plugin::Limits::default())
             .unwrap_or_else(|r| panic!("{:?} is refused: {}: {}", p.metadata.name, r.reason, r.message));
         if let Some(oci) = &p.spec.component.oci {
             let digest = oci.reference.split_once("@sha256:").map(|(_, d)| d).unwrap_or("");
@@ -367,6 +367,10 @@ fn the_example_plugins_are_admitted_by_the_example_policy() {
     }
     assert!(oci_by_digest, "an example Plugin pulls an OCI artifact pinned by digest");
     assert!(plugins.iter().any(|p| p.spec.component.config_map.is_some()), "an example Plugin reads a ConfigMap key");
+    assert!(
+        plugins.iter().any(|p| p.spec.controller.as_ref().is_some_and(|c| !c.write_rules.is_empty())),
+        "an example Plugin is a controller that writes"
+    );
 }
 
 fn the<T: DeserializeOwned>(docs: &[Doc], kind: &str, name: &str) -> T {

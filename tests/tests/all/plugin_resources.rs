@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2e::apiserver::{ApiServer, config_map};
+use e2e::apiserver::{ApiServer, Rule, config_map};
 use e2e::oci_registry::{Artifact, OciRegistry};
 use e2e::plugins::{Log, runtime, wasm};
 use e2e::wait_until;
@@ -15,7 +15,8 @@ use informer_host::app::{App, KubeOptions, RunOptions};
 use informer_host::config::Config;
 use informer_host::coordination::{Coordinator, CoordinatorConfig};
 use informer_host::kube_plugins::crd::{
-    ComponentSource, Grant, KeySelector, LimitsSpec, OciSource, PluginSpec, TenantPolicySpec, WatchSpec,
+    ComponentSource, ControllerSpec, Grant, KeySelector, LimitsSpec, MappedBy, OciSource, PluginSpec, SecondaryWatch,
+    TenantPolicySpec, WatchSpec, WriteRuleSpec,
 };
 use informer_host::kube_plugins::{Plugin, PluginResources, PluginResourcesOptions, TenantPolicy, crds};
 use informer_host::metrics::Metrics;
@@ -92,6 +93,7 @@ async fn tenant_cluster(max_plugins: Option<u32>) -> (ApiServer, kube::Client) {
             limits: LimitsSpec { fuel_per_call: None, deadline: Some("2s".into()), memory: Some("32Mi".into()) },
             max_pending: None,
             allowed_grants: vec![Grant::Log],
+            ..Default::default()
         },
     );
     policies.create(&PostParams::default(), &policy).await.expect("policy created");
@@ -126,6 +128,7 @@ fn recorder_spec(key: &str) -> PluginSpec {
         config: None,
         on_swap: None,
         max_pending: None,
+        controller: None,
     }
 }
 
@@ -150,7 +153,8 @@ impl Cluster {
 
     async fn until(&self, what: &str, mut cond: impl FnMut(&Cluster) -> bool) {
         if !wait_until(LOAD, || cond(self)).await {
-            panic!("timed out waiting for {what}; status: {}; log: {:?}", self.status("rec"), self.log.lines());
+            let statuses = ["rec", "reloader"].map(|p| format!("{p}: {}", self.status(p)));
+            panic!("timed out waiting for {what}; statuses: {statuses:?}; log: {:?}", self.log.lines());
         }
     }
 
@@ -457,4 +461,207 @@ async fn the_host_loads_plugin_resources_from_its_config_and_hands_its_leases_ov
         "released at shutdown: {:?}",
         all.iter().map(held).collect::<Vec<_>>()
     );
+}
+
+// ------------------------------------------------------- controller plugins
+
+const HASH: &str = "informer-host.dev/config-hash";
+/// The ServiceAccount team-a's controllers write as (TenantPolicy's
+/// `impersonateServiceAccount`).
+const PLUGINS_SA: &str = "system:serviceaccount:team-a:plugins";
+
+/// `bytes` with a custom section appended: the same component under
+/// another digest (a rebuild that changed nothing but its digest).
+fn with_custom_section(mut bytes: Vec<u8>, note: &str) -> Vec<u8> {
+    let leb = |mut n: usize, out: &mut Vec<u8>| loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        out.push(if n == 0 { byte } else { byte | 0x80 });
+        if n == 0 {
+            break;
+        }
+    };
+    let mut payload = Vec::new();
+    leb("note".len(), &mut payload);
+    payload.extend_from_slice(b"note");
+    payload.extend_from_slice(note.as_bytes());
+    bytes.push(0); // custom section
+    leb(payload.len(), &mut bytes);
+    bytes.extend_from_slice(&payload);
+    bytes
+}
+
+fn reloader_deployment(namespace: &str, config_map: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{
+                    "name": "app", "image": "nginx",
+                    "envFrom": [{"configMapRef": {"name": config_map}}],
+                }]},
+            },
+        },
+    })
+}
+
+/// The reloader's hash annotation on Deployment `web` of `ns`, at `pointer`.
+fn hash(c: &Cluster, ns: &str, pointer: &str) -> Option<String> {
+    c.server
+        .get("apps/v1", "Deployment", Some(ns), "web")
+        .and_then(|d| d.pointer(pointer)?.get(HASH)?.as_str().map(str::to_string))
+}
+
+fn reloader_spec(reference: &str) -> PluginSpec {
+    let rule = |groups: &[&str], kinds: &[&str], verbs: &[&str]| WriteRuleSpec {
+        api_groups: groups.iter().map(|s| s.to_string()).collect(),
+        kinds: kinds.iter().map(|s| s.to_string()).collect(),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        names: vec![],
+    };
+    let secondary = |store: &str, kind: &str| SecondaryWatch {
+        store: store.into(),
+        api_version: "v1".into(),
+        kind: kind.into(),
+        label_selector: None,
+        mapped_by: MappedBy::Map,
+        label: None,
+    };
+    PluginSpec {
+        component: ComponentSource {
+            oci: Some(OciSource { reference: reference.into(), pull_secret: None }),
+            ..Default::default()
+        },
+        watch: WatchSpec {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            label_selector: None,
+            field_selector: None,
+        },
+        grants: vec![Grant::Log, Grant::Cache, Grant::Kube],
+        controller: Some(ControllerSpec {
+            store: "deployments".into(),
+            watches: vec![secondary("configmaps", "ConfigMap"), secondary("secrets", "Secret")],
+            write_rules: vec![rule(&["apps"], &["Deployment"], &["patch"]), rule(&[""], &["Event"], &["create"])],
+            max_concurrent_reconciles: Some(2),
+            writes_per_second: None,
+            dry_run: false,
+        }),
+        ..recorder_spec("unused")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_plugin_from_a_registry_writes_in_its_namespace_as_its_service_account_and_swaps() {
+    let registry = OciRegistry::start().await;
+    let bytes = std::fs::read(wasm("reloader")).expect("built reloader");
+    let v1 = registry.push("team-a/reloader:v1", &Artifact::wasm(bytes.clone())).await;
+    let v2 = registry.push("team-a/reloader:v2", &Artifact::wasm(with_custom_section(bytes, "v2"))).await;
+    let cache = tempfile::tempdir().unwrap();
+    let puller = OciPuller::new(OciConfig { plain_http: vec![registry.host()], ..OciConfig::new(cache.path()) });
+    let c = cluster_pulling(Some(Arc::new(puller))).await;
+    // The platform team lets team-a's controllers patch Deployments and
+    // record Events, written as team-a's `plugins` ServiceAccount; the
+    // tenant's own RBAC gives that account the same (the test server
+    // judges impersonated requests by such grants).
+    let policies: Api<TenantPolicy> = Api::all(c.client.clone());
+    let allow = json!({"spec": {
+        "allowedGrants": ["log", "cache", "kube"],
+        "allowedWriteRules": [
+            {"apiGroups": ["apps"], "kinds": ["Deployment"], "verbs": ["patch", "update"]},
+            {"apiGroups": [""], "kinds": ["Event"], "verbs": ["create"]},
+        ],
+        "maxConcurrentReconciles": 2,
+        "impersonateServiceAccount": "plugins",
+    }});
+    policies.patch("team-a", &PatchParams::default(), &Patch::Merge(&allow)).await.unwrap();
+    c.server.grant(PLUGINS_SA, Rule::new(&["patch"], &["apps"], &["deployments"]).in_namespace(NS));
+    c.server.grant(PLUGINS_SA, Rule::new(&["create"], &[""], &["events"]).in_namespace(NS));
+    c.server.create(config_map(NS, "web-config", &[], &[("A", "1")])).unwrap();
+    c.server.create(reloader_deployment(NS, "web-config")).unwrap();
+    // Another namespace's Deployment: not watched, never written.
+    c.server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})).unwrap();
+    c.server.create(config_map("team-b", "web-config", &[], &[("A", "1")])).unwrap();
+    c.server.create(reloader_deployment("team-b", "web-config")).unwrap();
+
+    c.plugins()
+        .create(&PostParams::default(), &Plugin::new("reloader", reloader_spec(&v1.digest_reference)))
+        .await
+        .unwrap();
+    c.until("the first-sight patch", |c| hash(c, NS, "/metadata/annotations").is_some()).await;
+    c.until("Ready and Synced", |c| {
+        c.condition("reloader", "Ready").is_some_and(|r| r.0 == "True")
+            && c.condition("reloader", "Synced").is_some_and(|s| s.0 == "True")
+    })
+    .await;
+    assert_eq!(c.status("reloader")["digest"], v1.digest.as_str());
+    c.until("the write counted in the status", |c| c.status("reloader")["counters"]["writes"] == 1).await;
+
+    // A real change: a roll (the pod template's hash) and an Event.
+    c.server.update(config_map(NS, "web-config", &[], &[("A", "2")])).unwrap();
+    c.until("the roll", |c| hash(c, NS, "/spec/template/metadata/annotations").is_some()).await;
+    let rolled = hash(&c, NS, "/spec/template/metadata/annotations");
+
+    // The same controller under a new digest takes over; it acts on the
+    // next change, and the old version has stopped.
+    let patch = json!({"spec": {"component": {"oci": {"reference": v2.digest_reference}}}});
+    c.plugins().patch("reloader", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    c.until("the v2 digest", |c| c.status("reloader")["digest"] == v2.digest.as_str()).await;
+    c.server.update(config_map(NS, "web-config", &[], &[("A", "3")])).unwrap();
+    c.until("the second roll", |c| hash(c, NS, "/spec/template/metadata/annotations") != rolled).await;
+
+    let writes = c.server.writes();
+    let patches: Vec<_> = writes.iter().filter(|r| r.method == "PATCH" && r.path.contains("/deployments/")).collect();
+    assert_eq!(patches.len(), 3, "first sight, and one roll per change: {patches:#?}");
+    for p in &patches {
+        assert!(p.path.starts_with("/apis/apps/v1/namespaces/team-a/deployments/web"), "{p:#?}");
+        assert_eq!(p.impersonate_user.as_deref(), Some(PLUGINS_SA), "{p:#?}");
+    }
+    let events = writes.iter().filter(|r| r.method == "POST" && r.path.ends_with("/events")).count();
+    assert_eq!(events, 2, "one Event per roll");
+    assert_eq!(hash(&c, "team-b", "/metadata/annotations"), None, "another namespace is never written");
+
+    // Deleting it stops it: a change now is not acted on.
+    c.plugins().delete("reloader", &DeleteParams::default()).await.unwrap();
+    c.until("unloaded", |c| c.resources.loaded().is_empty()).await;
+    assert!(c.registry.informers().is_empty(), "its informers are stopped and forgotten");
+    c.server.update(config_map(NS, "web-config", &[], &[("A", "4")])).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = c.server.writes().iter().filter(|r| r.method == "PATCH" && r.path.contains("/deployments/")).count();
+    assert_eq!(after, 3, "no write after the controller was deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_plugin_asking_to_write_beyond_its_policy_is_refused_naming_the_rule() {
+    let c = cluster().await;
+    // team-a's policy allows no writes and one worker.
+    c.plugins().create(&PostParams::default(), &Plugin::new("reloader", reloader_spec("unused"))).await.unwrap();
+    c.until("refused", |c| c.condition("reloader", "Ready").is_some_and(|r| r.0 == "False")).await;
+    let (_, reason, message) = c.condition("reloader", "Ready").unwrap();
+    assert_eq!(reason, "GrantNotAllowed", "{message}");
+    let policies: Api<TenantPolicy> = Api::all(c.client.clone());
+    let grants = json!({"spec": {"allowedGrants": ["log", "cache", "kube"]}});
+    policies.patch("team-a", &PatchParams::default(), &Patch::Merge(&grants)).await.unwrap();
+    c.until("the write rule named", |c| c.condition("reloader", "Ready").is_some_and(|r| r.1 == "WriteRuleNotAllowed"))
+        .await;
+    let (_, _, message) = c.condition("reloader", "Ready").unwrap();
+    assert_eq!(
+        message,
+        "spec.controller.writeRules[0] (patch apps/Deployment) is not within any allowedWriteRules of \
+         TenantPolicy \"team-a\" (it allows no writes)"
+    );
+    let rules = json!({"spec": {"allowedWriteRules": [{"apiGroups": ["*"], "kinds": ["*"], "verbs": ["*"]}]}});
+    policies.patch("team-a", &PatchParams::default(), &Patch::Merge(&rules)).await.unwrap();
+    c.until("the worker cap named", |c| c.condition("reloader", "Ready").is_some_and(|r| r.1 == "OverTenantPolicy"))
+        .await;
+    let (_, _, message) = c.condition("reloader", "Ready").unwrap();
+    assert!(
+        message.starts_with("spec.controller.maxConcurrentReconciles 2 exceeds the cap of TenantPolicy"),
+        "{message}"
+    );
+    assert!(c.resources.loaded().is_empty(), "nothing ran");
+    assert!(c.server.writes().iter().all(|r| !r.path.contains("/deployments/")), "nothing was written");
 }

@@ -378,6 +378,30 @@ fn run_the_examples_edit_a_manifest_scrape_and_terminate() {
     assert!(log.contains("all informers stopped"), "{log}");
 }
 
+#[test]
+fn the_informers_of_one_directory_share_one_parse_so_a_bad_file_is_reported_once() {
+    // The demo runs five informers (five kinds) over ./manifests: one
+    // embedded cluster reads and watches the directory for all of them.
+    let demo = Demo::new();
+    let mut host = Running::start(demo.dir.path(), &["--config", "host.toml"]);
+    host.wait_for("ready in", 60);
+    let broken = demo.path("manifests/broken.yaml");
+    std::fs::write(&broken, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: shop\n").unwrap();
+    host.wait_for("malformed manifest", 30);
+    // Time for any other informer's copy of the report to show up.
+    std::thread::sleep(Duration::from_millis(1000));
+    let reports =
+        |log: &str| log.lines().filter(|l| l.contains("malformed manifest") && l.contains("broken.yaml")).count();
+    assert_eq!(reports(&host.log()), 1, "{}", host.log());
+    // Fixed, it loads once, and only the ConfigMaps' informer delivers it.
+    std::fs::write(&broken, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: shop}\n").unwrap();
+    let log = host.wait_for("added ConfigMap shop/late", 30);
+    assert_eq!(reports(&log), 1, "{log}");
+    let (code, log) = host.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(log.lines().filter(|l| l.contains("added ConfigMap shop/late")).count(), 1, "{log}");
+}
+
 /// The resourceVersion a write produced, from its `write:` log line.
 fn written_rv(log: &str, needle: &str) -> String {
     let line = log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} in:\n{log}"));

@@ -27,7 +27,9 @@ use crate::admin::AdminServer;
 use crate::admin_api::{self, AdminConfig};
 use crate::config::{Config, DEFAULT_SHUTDOWN_GRACE, InformerConfig, PluginConfig};
 use crate::coordination::{Coordinator, CoordinatorConfig};
-use crate::informer::{IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, ObjectRef, SharedIndexInformer};
+use crate::informer::{
+    IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, ObjectRef, SharedIndexInformer, strip_fields,
+};
 use crate::kube_plugins::{PluginResources, PluginResourcesOptions};
 use crate::metrics::{InformerEntry, Observed, Readiness};
 use crate::oci::{OciConfig, OciPuller};
@@ -150,6 +152,14 @@ impl App {
                     ..InformerOptions::default()
                 },
             );
+            if cfg.strip.any() {
+                // Before start: the informer takes a transform only then.
+                informer.set_transform(strip_fields(cfg.strip)).map_err(|e| AppError::Informer {
+                    at: at.clone(),
+                    name: cfg.name.clone(),
+                    message: format!("cannot set the strip transform: {e}"),
+                })?;
+            }
             if !cfg.indexers.is_empty() {
                 let map: HashMap<String, IndexFunc> =
                     cfg.indexers.iter().map(|k| (k.clone(), label_index(k.clone()))).collect();

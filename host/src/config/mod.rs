@@ -36,6 +36,7 @@
 //! kind = "ConfigMap"
 //! resync = "30s"
 //! indexers = ["app"]
+//! strip = ["managed-fields"]   # and "last-applied": dropped before the cache
 //!
 //! [[plugin]]
 //! name = "label-audit"
@@ -254,6 +255,8 @@ pub struct InformerConfig {
     pub resync: Duration,
     /// Label keys to index by; each index is named after its key.
     pub indexers: Vec<String>,
+    /// What is dropped from each object before the cache (`strip`).
+    pub strip: crate::informer::Strip,
     /// Where the informer is defined (its `name`).
     pub location: Location,
 }
@@ -265,6 +268,7 @@ impl InformerConfig {
             && self.source == other.source
             && self.resync == other.resync
             && self.indexers == other.indexers
+            && self.strip == other.strip
     }
 }
 
@@ -599,6 +603,7 @@ struct RawInformer {
     // informer
     resync: Option<S<String>>,
     indexers: Option<Vec<S<String>>>,
+    strip: Option<Vec<S<String>>>,
 }
 
 impl RawInformer {
@@ -619,7 +624,8 @@ impl RawInformer {
                 plural,
                 field_selector,
                 resync,
-                indexers
+                indexers,
+                strip
             ]
         )
     }
@@ -976,6 +982,17 @@ impl<'a> Cx<'a> {
                 indexers.push(k.clone());
             }
         }
+        let mut strip = crate::informer::Strip::default();
+        for what in r.strip.iter().flatten() {
+            match what.get_ref().as_str() {
+                "managed-fields" => strip.managed_fields = true,
+                "last-applied" => strip.last_applied = true,
+                other => self.error(
+                    what.span(),
+                    format!("cannot strip {other:?}: `strip` takes \"managed-fields\" and \"last-applied\""),
+                ),
+            }
+        }
         if let Some(v) = &r.label_selector
             && let Err(e) = crate::source::selector::Selector::parse(v.get_ref())
         {
@@ -1069,6 +1086,7 @@ impl<'a> Cx<'a> {
             source,
             resync,
             indexers,
+            strip,
             location,
         })
     }
@@ -1951,6 +1969,22 @@ informer = "x"
         assert!(e[0].contains("duplicate indexer \"app\""), "{e:?}");
         assert!(e[1].contains("the `namespace` index is built in"), "{e:?}");
         assert!(e[2].contains("must not be empty"), "{e:?}");
+    }
+
+    #[test]
+    fn strip_names_what_it_drops_or_is_refused_at_its_value() {
+        let f = Fixture::new();
+        let base = "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\n";
+        let c = Config::parse(&format!("{base}strip = [\"managed-fields\"]\n"), "host.toml", f.dir.path()).unwrap();
+        assert_eq!(c.informers[0].strip, crate::informer::Strip { managed_fields: true, last_applied: false });
+        let e = f.errors(&format!("{base}strip = [\"last-applied\", \"status\"]\n"));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with(
+                "host.toml:5:26: cannot strip \"status\": `strip` takes \"managed-fields\" and \"last-applied\""
+            ),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod processor;
 mod reflector;
 mod shared_informer;
 mod store;
+mod transform;
 
 pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, Popped, Queue, TransformFunc};
 pub use handler::{
@@ -30,3 +31,4 @@ pub use processor::{MINIMUM_RESYNC_PERIOD, determine_resync_period};
 pub use reflector::{ReflectorStats, WatchErrorHandler};
 pub use shared_informer::{HandlerOptions, InformerError, InformerOptions, SharedIndexInformer};
 pub use store::{IndexError, IndexFunc, Indexer, NAMESPACE_INDEX};
+pub use transform::{LAST_APPLIED, Strip, strip_fields};

@@ -207,6 +207,16 @@ impl Object {
     pub fn json(&self) -> &str {
         &self.json
     }
+    /// Bytes this version holds in memory as a cache entry: the struct and
+    /// its `Arc` counts, plus what it owns on the heap (the JSON text, the
+    /// parsed metadata, the label offsets).
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Object>()
+            + 2 * std::mem::size_of::<usize>()
+            + self.json.len()
+            + self.meta.len()
+            + std::mem::size_of_val(&*self.label_ends)
+    }
     /// The annotations, parsed from the JSON on demand (they are not kept).
     pub fn annotations(&self) -> Vec<(String, String)> {
         self.pointer_value("/metadata/annotations")

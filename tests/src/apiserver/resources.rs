@@ -99,6 +99,13 @@ impl ResourceType {
             .with_status_subresource()
             .with_short_names(&["deploy"])
     }
+    /// `v1` `Pod` (`pods`), namespaced, with `pods/status`. Not registered
+    /// by default: [`ApiServer::register`] it.
+    ///
+    /// [`ApiServer::register`]: super::ApiServer::register
+    pub fn pods() -> Self {
+        Self::builtin("", "v1", "Pod", "pods", true).with_status_subresource().with_short_names(&["po"])
+    }
     /// `v1` `Event` (`events`), namespaced. Registered by default.
     pub fn core_events() -> Self {
         Self::builtin("", "v1", "Event", "events", true).with_short_names(&["ev"])

@@ -9,6 +9,7 @@
 mod admin_api;
 mod apiserver_writes;
 mod app_controllers;
+mod cache_footprint;
 mod controllers;
 mod coordination;
 mod deploy_manifests;

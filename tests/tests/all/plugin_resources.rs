@@ -554,20 +554,12 @@ fn reloader_spec(reference: &str) -> PluginSpec {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_controller_plugin_from_a_registry_writes_in_its_namespace_as_its_service_account_and_swaps() {
-    let registry = OciRegistry::start().await;
-    let bytes = std::fs::read(wasm("reloader")).expect("built reloader");
-    let v1 = registry.push("team-a/reloader:v1", &Artifact::wasm(bytes.clone())).await;
-    let v2 = registry.push("team-a/reloader:v2", &Artifact::wasm(with_custom_section(bytes, "v2"))).await;
-    let cache = tempfile::tempdir().unwrap();
-    let puller = OciPuller::new(OciConfig { plain_http: vec![registry.host()], ..OciConfig::new(cache.path()) });
-    let c = cluster_pulling(Some(Arc::new(puller))).await;
-    // The platform team lets team-a's controllers patch Deployments and
-    // record Events, written as team-a's `plugins` ServiceAccount; the
-    // tenant's own RBAC gives that account the same (the test server
-    // judges impersonated requests by such grants).
-    let policies: Api<TenantPolicy> = Api::all(c.client.clone());
+/// The platform team lets team-a's controllers patch Deployments and
+/// record Events, written as team-a's `plugins` ServiceAccount; the
+/// tenant's own RBAC gives that account the same (the test server judges
+/// impersonated requests by such grants).
+async fn allow_controllers(server: &ApiServer, client: &kube::Client) {
+    let policies: Api<TenantPolicy> = Api::all(client.clone());
     let allow = json!({"spec": {
         "allowedGrants": ["log", "cache", "kube"],
         "allowedWriteRules": [
@@ -578,8 +570,20 @@ async fn a_controller_plugin_from_a_registry_writes_in_its_namespace_as_its_serv
         "impersonateServiceAccount": "plugins",
     }});
     policies.patch("team-a", &PatchParams::default(), &Patch::Merge(&allow)).await.unwrap();
-    c.server.grant(PLUGINS_SA, Rule::new(&["patch"], &["apps"], &["deployments"]).in_namespace(NS));
-    c.server.grant(PLUGINS_SA, Rule::new(&["create"], &[""], &["events"]).in_namespace(NS));
+    server.grant(PLUGINS_SA, Rule::new(&["patch"], &["apps"], &["deployments"]).in_namespace(NS));
+    server.grant(PLUGINS_SA, Rule::new(&["create"], &[""], &["events"]).in_namespace(NS));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_plugin_from_a_registry_writes_in_its_namespace_as_its_service_account_and_swaps() {
+    let registry = OciRegistry::start().await;
+    let bytes = std::fs::read(wasm("reloader")).expect("built reloader");
+    let v1 = registry.push("team-a/reloader:v1", &Artifact::wasm(bytes.clone())).await;
+    let v2 = registry.push("team-a/reloader:v2", &Artifact::wasm(with_custom_section(bytes, "v2"))).await;
+    let cache = tempfile::tempdir().unwrap();
+    let puller = OciPuller::new(OciConfig { plain_http: vec![registry.host()], ..OciConfig::new(cache.path()) });
+    let c = cluster_pulling(Some(Arc::new(puller))).await;
+    allow_controllers(&c.server, &c.client).await;
     c.server.create(config_map(NS, "web-config", &[], &[("A", "1")])).unwrap();
     c.server.create(reloader_deployment(NS, "web-config")).unwrap();
     // Another namespace's Deployment: not watched, never written.
@@ -664,4 +668,72 @@ async fn a_controller_plugin_asking_to_write_beyond_its_policy_is_refused_naming
     );
     assert!(c.resources.loaded().is_empty(), "nothing ran");
     assert!(c.server.writes().iter().all(|r| !r.path.contains("/deployments/")), "nothing was written");
+}
+
+/// A controller Plugin shared by two replicas runs on exactly one of them
+/// at every instant; when its replica crashes, the other takes it over once
+/// the lease expires and acts on the next change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_plugin_runs_on_one_replica_and_fails_over_to_the_other() {
+    let (server, client) = tenant_cluster(None).await;
+    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
+    allow_controllers(&server, &client).await;
+    let components: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let bytes = std::fs::read(wasm("reloader")).expect("built reloader");
+    let add = json!({"binaryData": {"reloader.wasm": ByteString(bytes)}});
+    components.patch("components", &PatchParams::default(), &Patch::Merge(&add)).await.unwrap();
+    server.create(config_map(NS, "web-config", &[], &[("A", "1")])).unwrap();
+    server.create(reloader_deployment(NS, "web-config")).unwrap();
+    let mut spec = reloader_spec("unused");
+    spec.component = ComponentSource {
+        config_map: Some(KeySelector { name: "components".into(), key: "reloader.wasm".into() }),
+        ..Default::default()
+    };
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    plugins.create(&PostParams::default(), &Plugin::new("reloader", spec)).await.unwrap();
+    let replicas: Arc<parking_lot::Mutex<Vec<Replica>>> =
+        Arc::new(parking_lot::Mutex::new((0..2).map(|i| replica(&client, i)).collect()));
+    let owners = |replicas: &[Replica]| replicas.iter().filter(|r| !r.resources.loaded().is_empty()).count();
+    let doubled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = tokio::spawn({
+        let (replicas, doubled) = (replicas.clone(), doubled.clone());
+        async move {
+            loop {
+                if owners(&replicas.lock()) > 1 {
+                    doubled.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let on_template = || {
+        server
+            .get("apps/v1", "Deployment", Some(NS), "web")
+            .and_then(|d| d.pointer("/spec/template/metadata/annotations")?.get(HASH)?.as_str().map(str::to_string))
+    };
+    let first_sight = || {
+        server
+            .get("apps/v1", "Deployment", Some(NS), "web")
+            .is_some_and(|d| d["metadata"]["annotations"].get(HASH).is_some())
+    };
+    assert!(wait_until(LOAD, || owners(&replicas.lock()) == 1 && first_sight()).await, "running and acting");
+
+    // Its replica crashes: nothing is released, the other takes it over
+    // once the lease expires, and acts on the next change.
+    let owner = replicas.lock().iter().position(|r| !r.resources.loaded().is_empty()).unwrap();
+    let crashed = replicas.lock().remove(owner);
+    crashed.resources.abandon().await;
+    assert!(wait_until(LOAD, || owners(&replicas.lock()) == 1).await, "failed over");
+    server.update(config_map(NS, "web-config", &[], &[("A", "2")])).unwrap();
+    assert!(wait_until(LOAD, || on_template().is_some()).await, "the survivor rolls the Deployment");
+
+    sampler.abort();
+    assert!(!doubled.load(std::sync::atomic::Ordering::SeqCst), "the controller ran on two replicas at once");
+    let patches =
+        server.writes().into_iter().filter(|r| r.method == "PATCH" && r.path.contains("/deployments/")).count();
+    assert_eq!(patches, 2, "first sight once, and one roll");
+    let rest: Vec<Arc<PluginResources>> = replicas.lock().iter().map(|r| r.resources.clone()).collect();
+    for r in rest {
+        r.shutdown().await;
+    }
 }

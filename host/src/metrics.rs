@@ -31,6 +31,9 @@
 //! | `plugin_call_duration_seconds` | histogram | plugin, informer |
 //! | `plugin_fuel_consumed_total` | counter | plugin, informer |
 //! | `plugin_restarts_total` | counter (fresh instances after a trap) | plugin, informer |
+//! | `plugin_wakes_total` | counter (fresh instances after an idle reclaim) | plugin, informer |
+//! | `plugin_instances` | gauge (state: resident, idle) | state |
+//! | `plugin_instances_reclaimed_total` | counter | |
 //! | `plugin_traps_total` | counter (cause: fuel, deadline, memory, other, protocol) | plugin, informer, cause |
 //! | `plugin_log_dropped_lines_total` | counter (over the log budget) | plugin, informer |
 //! | `plugin_log_dropped_bytes_total` | counter | plugin, informer |
@@ -126,9 +129,13 @@ pub struct PluginResourcesSnapshot {
 /// Reads a [`PluginResourcesSnapshot`].
 pub type PluginResourcesProbe = Arc<dyn Fn() -> PluginResourcesSnapshot + Send + Sync>;
 
+/// Reads the wasm runtime's instance counts (resident, idle, reclaimed).
+pub type InstancesProbe = Arc<dyn Fn() -> crate::plugin::InstanceCounts + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
     plugin_resources: Option<PluginResourcesProbe>,
+    instances: Option<InstancesProbe>,
     controllers: Vec<ControllerEntry>,
     informers: Vec<InformerEntry>,
     plugins: PluginList,
@@ -195,6 +202,10 @@ impl Observed {
     /// `/metrics`.
     pub fn set_plugin_resources(&self, probe: PluginResourcesProbe) {
         self.inner.write().plugin_resources = Some(probe);
+    }
+    /// Reports the handlers' instances (idle reclaim) on `/metrics`.
+    pub fn set_instances(&self, probe: InstancesProbe) {
+        self.inner.write().instances = Some(probe);
     }
     pub fn add_informer(&self, entry: InformerEntry) {
         self.inner.write().informers.push(entry);
@@ -647,6 +658,27 @@ impl Collector for HostCollector {
         if let Some(probe) = probe {
             plugin_resources_metrics(&mut encoder, &probe())?;
         }
+        let probe = self.observed.inner.read().instances.clone();
+        if let Some(probe) = probe {
+            let c = probe();
+            let state = |s: &'static str| -> Labels { vec![("state", s.into())] };
+            let rows = [(state("resident"), c.resident as i64), (state("idle"), c.idle as i64)];
+            gauges(
+                &mut encoder,
+                "plugin_instances",
+                "Handler instances in memory, and handlers idle without one",
+                &rows,
+            )?;
+            family(
+                &mut encoder,
+                "plugin_instances_reclaimed",
+                "Handler instances dropped after their idle timeout",
+                None,
+                MetricType::Counter,
+                &[(Labels::new(), c.reclaimed_total)],
+                |m, v| ConstCounter::new(*v).encode(m),
+            )?;
+        }
 
         let controllers = self.observed.controllers();
         let cl = |c: &ControllerEntry| -> Labels {
@@ -796,6 +828,12 @@ impl Collector for HostCollector {
             "plugin_restarts",
             "Fresh instances made after a trap",
             &rows(&|_, s| load(&s.restarts)),
+        )?;
+        counters(
+            &mut encoder,
+            "plugin_wakes",
+            "Fresh instances made after the last was reclaimed for idleness",
+            &rows(&|_, s| load(&s.wakes)),
         )?;
         let mut traps = Vec::new();
         for (l, _, s, _) in &running {

@@ -496,6 +496,8 @@ mod tests {
                 grant_names: Vec::new(),
                 config_json: "{}".into(),
                 on_trap: Default::default(),
+                idle_timeout: None,
+                on_wake: Default::default(),
                 tenant: None,
                 watch: false,
                 on_swap: Default::default(),

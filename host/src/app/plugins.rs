@@ -154,6 +154,8 @@ impl Plugins {
             return Ok(r.clone());
         }
         let registry = PluginRegistry::new(new_runtime(&self.started)?);
+        let runtime = registry.runtime().clone();
+        self.observed.set_instances(Arc::new(move || runtime.instances()));
         for (cfg, informer) in &self.informers {
             registry.add_informer(cfg.name.clone(), informer.clone());
         }

@@ -66,7 +66,11 @@ use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use crate::controller::WriteRule;
 use crate::informer::Object;
-use crate::plugin::{Grants, Limits, OnTrap, PluginSpec, Visibility};
+use crate::plugin::{Grants, Limits, OnTrap, OnWake, PluginSpec, Visibility};
+
+/// `idle_timeout` of a plugin that does not set it: its instance is dropped
+/// after this long without a call, and made again on the next.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 use crate::registry::OnSwap;
 
 /// Names of the capabilities a plugin can be granted.
@@ -334,6 +338,11 @@ pub struct PluginConfig {
     pub config_json: String,
     /// What a fresh instance gets after a trap.
     pub on_trap: OnTrap,
+    /// How long without a call before its instance is dropped (`None`:
+    /// kept; `idle_timeout = "0s"`).
+    pub idle_timeout: Option<Duration>,
+    /// What an instance made again after idling gets first.
+    pub on_wake: OnWake,
     /// The `[[tenant]]` it belongs to (`None`: it sees every object).
     pub tenant: Option<String>,
     /// Swap it when its wasm file changes.
@@ -355,6 +364,8 @@ impl PluginConfig {
         spec.limits = self.limits.clone();
         spec.grants = self.grants.clone();
         spec.on_trap = self.on_trap;
+        spec.idle_timeout = self.idle_timeout;
+        spec.on_wake = self.on_wake;
         spec.tenant = self.tenant.clone();
         spec
     }
@@ -374,6 +385,8 @@ impl PluginConfig {
         check("grants", self.grants == other.grants);
         check("config", self.config_json == other.config_json);
         check("on_trap", self.on_trap == other.on_trap);
+        check("idle_timeout", self.idle_timeout == other.idle_timeout);
+        check("on_wake", self.on_wake == other.on_wake);
         check("tenant", self.tenant == other.tenant);
         check("on_swap", self.on_swap == other.on_swap);
         check("max_pending", self.max_pending == other.max_pending);
@@ -641,6 +654,8 @@ struct RawPlugin {
     memory: Option<S<toml::Value>>,
     grants: Option<Vec<S<String>>>,
     on_trap: Option<S<String>>,
+    idle_timeout: Option<S<String>>,
+    on_wake: Option<S<String>>,
     config: Option<S<toml::Table>>,
     tenant: Option<S<String>>,
     watch: Option<S<bool>>,
@@ -654,7 +669,21 @@ impl RawPlugin {
             f,
             RawPlugin,
             [name, wasm, informer],
-            [resync, fuel_per_call, deadline, memory, grants, on_trap, config, tenant, watch, on_swap, max_pending]
+            [
+                resync,
+                fuel_per_call,
+                deadline,
+                memory,
+                grants,
+                on_trap,
+                idle_timeout,
+                on_wake,
+                config,
+                tenant,
+                watch,
+                on_swap,
+                max_pending
+            ]
         )
     }
 }
@@ -1537,6 +1566,18 @@ impl<'a> Cx<'a> {
                 OnTrap::Continue
             }
         };
+        let idle_timeout = match &r.idle_timeout {
+            None => Some(DEFAULT_IDLE_TIMEOUT),
+            Some(v) => self.duration(v, "idle_timeout").filter(|d| !d.is_zero()),
+        };
+        let on_wake = match r.on_wake.as_ref().map(|v| (v, v.get_ref().as_str())) {
+            None | Some((_, "init")) => OnWake::Init,
+            Some((_, "replay")) => OnWake::Replay,
+            Some((v, other)) => {
+                self.error(v.span(), format!("unknown on_wake {other:?}, expected \"init\" or \"replay\""));
+                OnWake::Init
+            }
+        };
         let config_json = match &r.config {
             Some(t) => serde_json::Value::Object(t.get_ref().iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
             None => serde_json::Value::Object(Default::default()),
@@ -1552,6 +1593,8 @@ impl<'a> Cx<'a> {
             grant_names,
             config_json,
             on_trap,
+            idle_timeout,
+            on_wake,
             tenant: r.tenant.map(|t| t.into_inner()),
             watch: r.watch.is_some_and(|w| w.into_inner()),
             on_swap,

@@ -16,10 +16,11 @@ use wasmtime::component::{ComponentExportIndex, TypedFunc};
 use wasmtime::{Engine, Store, Trap};
 
 use super::bindings::{Deleted, MAX_ERROR_BYTES, Plugin, PluginPre, Progress, ProtocolViolation, Tombstone, kind};
+use super::idle::{Resident, SlotGuard};
 use super::log_budget::sanitize;
 use super::runtime::{EPOCH_TICK, Ticker};
 use super::sandbox::{PluginShared, Sandbox, new_store};
-use super::{OnTrap, PluginError, PluginSpec};
+use super::{OnTrap, OnWake, PluginError, PluginSpec};
 use crate::informer::{
     DeletedObject, Delivered, Delivery, HandlerError, Notification, ObjectRef, ResourceEventHandler, deliver_each,
 };
@@ -89,7 +90,9 @@ pub struct WasmHandler {
     on_batch: Option<ComponentExportIndex>,
     shared: Arc<PluginShared>,
     spec: PluginSpec,
-    live: Option<Live>,
+    /// The instance, when there is one: none after a trap until the next
+    /// call, or after the reaper reclaimed it for idleness.
+    resident: Arc<Resident<Live>>,
     instantiate_time: Duration,
     version: String,
     slot: Option<SwapSlot>,
@@ -115,6 +118,7 @@ impl WasmHandler {
         spec: PluginSpec,
         version: String,
     ) -> Result<Self, PluginError> {
+        let resident = Resident::new(spec.idle_timeout);
         let mut h = WasmHandler {
             engine,
             _ticker: ticker,
@@ -122,7 +126,7 @@ impl WasmHandler {
             on_batch,
             shared,
             spec,
-            live: None,
+            resident,
             instantiate_time: Duration::ZERO,
             version,
             slot: None,
@@ -131,8 +135,15 @@ impl WasmHandler {
             probing: 0,
         };
         h.call_budget = h.budget(1);
-        h.start()?;
+        let live = h.instantiate()?;
+        *h.resident.lock() = Some(live);
         Ok(h)
+    }
+
+    /// Lets the runtime's reaper reclaim the instance when it idles. Call
+    /// it inside the tokio runtime (the reaper's task starts there).
+    pub(crate) fn register_idle(&self) {
+        self._ticker.reaper.register(&self.resident);
     }
 
     /// The slot through which a new version can replace this one while it
@@ -188,7 +199,8 @@ impl WasmHandler {
         fuel
     }
 
-    fn start(&mut self) -> Result<(), PluginError> {
+    /// A new instance, `init`ed.
+    fn instantiate(&mut self) -> Result<Live, PluginError> {
         let t = Instant::now();
         let mut store = new_store(&self.engine, self.shared.clone());
         self.arm(&mut store, INIT_FACTOR);
@@ -223,8 +235,7 @@ impl WasmHandler {
             Err(e) => return Err(trap(self, e, &store)),
         }
         self.instantiate_time = t.elapsed();
-        self.live = Some(Live { store, plugin, on_batch });
-        Ok(())
+        Ok(Live { store, plugin, on_batch })
     }
 
     /// Names the cause of a trap for logs and counts it in the metrics.
@@ -239,24 +250,35 @@ impl WasmHandler {
         describe_trap(e, store, &self.spec.limits, factor, count)
     }
 
-    /// A live instance, making a fresh one after a trap.
-    fn instance(&mut self) -> Result<&mut Live, HandlerError> {
-        if self.live.is_none() {
-            self.shared.stats.restarts.fetch_add(1, Ordering::Relaxed);
-            self.start().map_err(|e| HandlerError::Crashed(format!("cannot start a fresh instance: {e}")))?;
-            if self.spec.on_trap == OnTrap::Replay {
-                self.replay_cache();
+    /// The slot, locked for a call, with a live instance in it: a fresh
+    /// one after a trap, or after the reaper reclaimed the last one.
+    fn live(&mut self) -> Result<SlotGuard<Live>, HandlerError> {
+        let mut slot = self.resident.lock();
+        if slot.is_none() {
+            let woken = self.resident.take_reclaimed();
+            let stats = &self.shared.stats;
+            if woken { &stats.wakes } else { &stats.restarts }.fetch_add(1, Ordering::Relaxed);
+            let live =
+                self.instantiate().map_err(|e| HandlerError::Crashed(format!("cannot start a fresh instance: {e}")))?;
+            *slot = Some(live);
+            let replay = if woken { self.spec.on_wake == OnWake::Replay } else { self.spec.on_trap == OnTrap::Replay };
+            if replay {
+                self.replay_cache(&mut slot);
             }
-            tracing::info!(plugin = %self.spec.name, "fresh instance after a trap");
+            if woken {
+                tracing::debug!(plugin = %self.spec.name, "woken: a fresh instance after idling");
+            } else {
+                tracing::info!(plugin = %self.spec.name, "fresh instance after a trap");
+            }
         }
-        Ok(self.live.as_mut().expect("started above"))
+        Ok(slot)
     }
 
     /// Hands a fresh instance the whole visible cache as initial adds.
-    fn replay_cache(&mut self) {
+    fn replay_cache(&mut self, slot: &mut Option<Live>) {
         let Some(cache) = self.shared.cache.clone() else { return };
         for obj in cache.list(None) {
-            if let Err(HandlerError::Crashed(msg)) = self.call_on(|store, p| {
+            if let Err(HandlerError::Crashed(msg)) = self.call_on(slot, |store, p| {
                 let r = store.data_mut().push_object(obj)?;
                 p.informer_host_plugin_resource_event_handler().call_on_add(store, r, true)
             }) {
@@ -266,10 +288,14 @@ impl WasmHandler {
         }
     }
 
-    /// Calls into the live instance (no restart: used by replay).
-    fn call_on(&mut self, f: impl FnOnce(&mut Store<Sandbox>, &Plugin) -> CallResult) -> Result<(), HandlerError> {
+    /// Calls into the live instance in `slot` (no restart: used by replay).
+    fn call_on(
+        &mut self,
+        slot: &mut Option<Live>,
+        f: impl FnOnce(&mut Store<Sandbox>, &Plugin) -> CallResult,
+    ) -> Result<(), HandlerError> {
         let (fuel, ticks) = self.call_budget;
-        let Some(live) = self.live.as_mut() else {
+        let Some(live) = slot.as_mut() else {
             return Err(HandlerError::Crashed("no live instance".into()));
         };
         let _ = live.store.set_fuel(fuel);
@@ -288,7 +314,7 @@ impl WasmHandler {
             Ok(Err(msg)) => Err(HandlerError::Failed(sanitize(&msg, MAX_ERROR_BYTES).into_owned())),
             // The instance is poisoned for good: it is dropped here.
             Err(e) => {
-                let live = self.live.take().expect("borrowed above");
+                let live = slot.take().expect("borrowed above");
                 Err(HandlerError::Crashed(self.describe(&e, &live.store, 1)))
             }
         }
@@ -296,8 +322,11 @@ impl WasmHandler {
 
     fn call(&mut self, f: impl FnOnce(&mut Store<Sandbox>, &Plugin) -> CallResult) -> Result<(), HandlerError> {
         self.pick_up_staged();
-        self.instance()?;
-        self.call_on(f)
+        let mut slot = self.live()?;
+        let r = self.call_on(&mut slot, f);
+        drop(slot);
+        self.resident.touch();
+        r
     }
 }
 
@@ -340,11 +369,14 @@ impl ResourceEventHandler for WasmHandler {
             self.probing = self.probing.saturating_sub(d.handled);
             return d;
         }
-        if let Err(e) = self.instance() {
-            return Delivered { handled: 1, errors: vec![(0, e)] };
-        }
-        let live = self.live.as_mut().expect("started above");
+        let mut slot = match self.live() {
+            Ok(slot) => slot,
+            Err(e) => return Delivered { handled: 1, errors: vec![(0, e)] },
+        };
+        let live = slot.as_mut().expect("started above");
         let Some(on_batch) = live.on_batch else {
+            // One call per item, each locking the slot itself.
+            drop(slot);
             return deliver_each(self, batch);
         };
         let batch = &batch[..batch.len().min(self.batch_limit)];
@@ -360,6 +392,7 @@ impl ResourceEventHandler for WasmHandler {
         let started = Instant::now();
         let r = on_batch.call(&mut *store, (kinds, tombstone_keys));
         let elapsed = started.elapsed();
+        self.resident.touch();
         let progress = store.data_mut().progress.take().expect("set above");
         let stats = &self.shared.stats;
         let fuel_spent = progress.fuel_spent(store.get_fuel().unwrap_or(0));
@@ -384,7 +417,7 @@ impl ResourceEventHandler for WasmHandler {
             Err(e) => e,
         };
         // The instance is poisoned for good: it is dropped.
-        let live = self.live.take().expect("borrowed above");
+        let live = slot.take().expect("borrowed above");
         // A broken protocol is the plugin's doing: the item in flight is
         // skipped, as for a trap after `begin`.
         let violation = e.downcast_ref::<ProtocolViolation>().is_some();

@@ -71,9 +71,14 @@
 //! from the `InstancePre`, with `init` called again. Unlike Go, where the
 //! handler keeps its memory across a panic, state inside the guest is lost
 //! ([`OnTrap::Replay`] re-delivers the cache to rebuild it).
+//!
+//! A handler with an `idle_timeout` drops its instance after that long
+//! without a call, and is instantiated again on its next one
+//! ([`OnWake`]); see [`idle`].
 
 pub(crate) mod bindings;
 pub(crate) mod handler;
+pub(crate) mod idle;
 pub(crate) mod log_budget;
 pub(crate) mod runtime;
 pub(crate) mod sandbox;
@@ -86,6 +91,7 @@ use std::time::Duration;
 
 pub use bindings::Level;
 pub use handler::{SwapSlot, WasmHandler};
+pub use idle::{InstanceCounts, REAP_TICK};
 pub use log_budget::{LogLimits, sanitize};
 pub use runtime::{BATCHED_WORLD, LoadedPlugin, PluginRuntime, WORLD};
 
@@ -168,6 +174,17 @@ pub enum OnTrap {
     Replay,
 }
 
+/// What an instance instantiated again after idling gets before its call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnWake {
+    /// `init` only: for plugins that keep no state between calls.
+    #[default]
+    Init,
+    /// The whole visible cache as initial-list adds first, as after a trap
+    /// with `on_trap = replay`: a stateful plugin rebuilds its state.
+    Replay,
+}
+
 /// Receives every line a plugin logs (besides `tracing`); for tests and
 /// the admin API.
 #[derive(Clone)]
@@ -194,6 +211,12 @@ pub struct PluginSpec {
     pub grants: Grants,
     pub on_trap: OnTrap,
     pub log_sink: Option<LogSink>,
+    /// A handler whose instance had no call for this long drops it (and
+    /// its memory); the next call instantiates it again. `None`: resident.
+    pub idle_timeout: Option<Duration>,
+    /// What a handler's instance gets when it is instantiated again after
+    /// idling.
+    pub on_wake: OnWake,
 }
 
 impl PluginSpec {
@@ -208,6 +231,8 @@ impl PluginSpec {
             grants: Grants::default(),
             on_trap: OnTrap::Continue,
             log_sink: None,
+            idle_timeout: None,
+            on_wake: OnWake::Init,
         }
     }
 }
@@ -224,6 +249,8 @@ pub struct RuntimeConfig {
 pub struct PluginStats {
     /// Fresh instances made after a trap.
     pub restarts: AtomicU64,
+    /// Fresh instances made after the last was reclaimed for idleness.
+    pub wakes: AtomicU64,
     /// Fuel consumed by all calls.
     pub fuel_consumed: AtomicU64,
     /// Nanoseconds spent in calls, and the number of calls.
@@ -258,6 +285,7 @@ impl PluginStats {
         // Every field, without `..`: a new counter must be added here too.
         let PluginStats {
             restarts,
+            wakes,
             fuel_consumed,
             call_nanos,
             calls,
@@ -284,6 +312,7 @@ impl PluginStats {
             traps_protocol,
             log_dropped_lines,
             log_dropped_bytes,
+            wakes,
         ]
         .into_iter()
         .chain(call_buckets)
@@ -308,6 +337,7 @@ impl PluginStats {
             traps_protocol: next(),
             log_dropped_lines: next(),
             log_dropped_bytes: next(),
+            wakes: next(),
             call_buckets: std::array::from_fn(|_| next()),
         }
     }

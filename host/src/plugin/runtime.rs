@@ -49,6 +49,9 @@ struct Inner {
 /// still call into wasm.
 pub(crate) struct Ticker {
     stop: Arc<AtomicBool>,
+    /// Reclaims the instances of idle handlers (the runtime's one reaper:
+    /// whatever holds the ticker may register with it).
+    pub(crate) reaper: Arc<super::idle::Reaper>,
 }
 
 impl Drop for Ticker {
@@ -114,13 +117,18 @@ impl PluginRuntime {
                 cache_dir: config.cache_dir,
                 compiled: Mutex::new(HashMap::new()),
                 linkers: Mutex::new(HashMap::new()),
-                ticker: Arc::new(Ticker { stop }),
+                ticker: Arc::new(Ticker { stop, reaper: Arc::default() }),
             }),
         })
     }
 
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
+    }
+
+    /// The handlers' instances: resident, idle, reclaimed so far.
+    pub fn instances(&self) -> super::idle::InstanceCounts {
+        self.inner.ticker.reaper.counts()
     }
 
     /// Keeps the epoch ticker running while an instance of this runtime
@@ -368,6 +376,7 @@ impl LoadedPlugin {
             .join()
             .unwrap_or_else(|_| Err(PluginError::Engine("instantiation thread panicked".into())))
         })
+        .inspect(WasmHandler::register_idle)
     }
 
     /// The component file.

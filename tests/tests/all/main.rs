@@ -17,6 +17,7 @@ mod example_controllers;
 mod go_plugins;
 mod hostile;
 mod hot_swap;
+mod idle_reclaim;
 mod kube_source;
 mod kube_writer;
 mod metrics_exposition;

@@ -12,8 +12,12 @@
 //!
 //! Loading must cost the same with 10 plugins loaded as with 5000.
 //!
+//! Then N plugins with a 2 s `idle_timeout`: the process's RSS with every
+//! instance resident, and once the reaper reclaimed them.
+//!
 //! `cargo bench -p informer-host --bench density`
-//! (`DENSITY_N=100,1000` to choose the sizes.)
+//! (`DENSITY_N=100,1000`, `DENSITY_RECLAIM_N=1000` and
+//! `DENSITY_REGISTRY_N=10,1000` choose the sizes; empty: skip.)
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -33,7 +37,7 @@ const MARKS: [usize; 3] = [10, 1000, 5000];
 /// Loads measured at each mark.
 const WINDOW: usize = 50;
 
-fn write_fixture(dir: &std::path::Path, n: usize, wasm: &std::path::Path) -> std::path::PathBuf {
+fn write_fixture(dir: &std::path::Path, n: usize, wasm: &std::path::Path, idle_timeout: &str) -> std::path::PathBuf {
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
     let mut yaml = String::new();
@@ -57,7 +61,7 @@ fn write_fixture(dir: &std::path::Path, n: usize, wasm: &std::path::Path) -> std
     for i in 0..n {
         let _ = writeln!(
             toml,
-            "[[plugin]]\nname = \"p{i}\"\nwasm = {:?}\ninformer = \"cms\"\ntenant = \"t{}\"\n",
+            "[[plugin]]\nname = \"p{i}\"\nwasm = {:?}\ninformer = \"cms\"\ntenant = \"t{}\"\nidle_timeout = \"{idle_timeout}\"\n",
             wasm.display().to_string(),
             i % TENANTS
         );
@@ -77,7 +81,7 @@ struct Run {
 
 async fn run(n: usize, wasm: &std::path::Path) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    let file = write_fixture(dir.path(), n, wasm);
+    let file = write_fixture(dir.path(), n, wasm, "0s");
     let config = Config::load(&file).unwrap();
     let started = Instant::now();
     let app = App::launch(&config, &RunOptions::default()).await.unwrap();
@@ -196,13 +200,97 @@ fn registry_ops(rt: &tokio::runtime::Runtime, wasm: &std::path::Path, sizes: &[u
     stop.cancel();
 }
 
+/// The process's resident set, in bytes (Linux).
+fn rss() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
+    kib.and_then(|k| k.parse::<usize>().ok()).unwrap_or(0) * 1024
+}
+
+/// N plugins with a 2 s idle timeout: the process's RSS before start-up,
+/// once every plugin handled its initial list (all resident), and once the
+/// reaper reclaimed them (all idle).
+async fn reclaim(n: usize, wasm: &std::path::Path) -> (usize, usize, usize, crate_counts::Counts) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_fixture(dir.path(), n, wasm, "2s");
+    let config = Config::load(&file).unwrap();
+    let before = rss();
+    let app = App::launch(&config, &RunOptions::default()).await.unwrap();
+    app.plugins_loaded().await;
+    while !app.readiness().ready {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let resident = rss();
+    // The timeout, and up to two sweeps more.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let idle = rss();
+    let metrics = informer_host::metrics::Metrics::new(app.observed.clone()).encode();
+    app.shutdown().await;
+    (before, resident, idle, crate_counts::read(&metrics))
+}
+
+/// Reads the instance gauges out of the metrics text.
+mod crate_counts {
+    #[derive(Debug, Default)]
+    pub struct Counts {
+        pub resident: u64,
+        pub idle: u64,
+    }
+    pub fn read(text: &str) -> Counts {
+        let value = |series: &str| {
+            text.lines().find_map(|l| l.strip_prefix(series)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        };
+        Counts {
+            resident: value("informer_host_plugin_instances{state=\"resident\"} "),
+            idle: value("informer_host_plugin_instances{state=\"idle\"} "),
+        }
+    }
+}
+
 fn main() {
     let wasm = plugin_build::plugin_path("noop");
     let sizes: Vec<usize> = std::env::var("DENSITY_N")
         .ok()
-        .map(|s| s.split(',').map(|n| n.trim().parse().expect("DENSITY_N: numbers")).collect())
+        .map(|s| {
+            s.split(',')
+                .filter(|n| !n.trim().is_empty())
+                .map(|n| n.trim().parse().expect("DENSITY_N: numbers"))
+                .collect()
+        })
         .unwrap_or_else(|| vec![100, 1000, 5000]);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let reclaim_sizes: Vec<usize> = std::env::var("DENSITY_RECLAIM_N")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .filter(|n| !n.trim().is_empty())
+                .map(|n| n.trim().parse().expect("DENSITY_RECLAIM_N: numbers"))
+                .collect()
+        })
+        .unwrap_or_else(|| vec![1000]);
+    if !reclaim_sizes.is_empty() {
+        println!(
+            "idle reclaim: N noop plugins, idle_timeout 2s; process RSS (the informer's {OBJECTS} objects included)"
+        );
+        println!(
+            "{:>6} | {:>12} | {:>12} | {:>12} | {:>16} | {:>16} | {:>18}",
+            "N", "before", "resident", "reclaimed", "per plugin, res.", "per plugin, idle", "instances res/idle"
+        );
+        for n in reclaim_sizes {
+            let (before, resident, idle, counts) = rt.block_on(reclaim(n, &wasm));
+            let mib = |b: usize| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+            let per = |b: usize| format!("{:.1} KiB", b.saturating_sub(before) as f64 / 1024.0 / n as f64);
+            println!(
+                "{n:>6} | {:>12} | {:>12} | {:>12} | {:>16} | {:>16} | {:>18}",
+                mib(before),
+                mib(resident),
+                mib(idle),
+                per(resident),
+                per(idle),
+                format!("{}/{}", counts.resident, counts.idle)
+            );
+        }
+    }
     println!("density: N noop plugins over {TENANTS} tenants on {OBJECTS} ConfigMaps (one informer)");
     println!(
         "{:>6} | {:>14} | {:>14} | {:>14} | {:>10} | {:>10}",
@@ -223,7 +311,12 @@ fn main() {
     }
     let marks: Vec<usize> = std::env::var("DENSITY_REGISTRY_N")
         .ok()
-        .map(|s| s.split(',').map(|n| n.trim().parse().expect("DENSITY_REGISTRY_N: numbers")).collect())
+        .map(|s| {
+            s.split(',')
+                .filter(|n| !n.trim().is_empty())
+                .map(|n| n.trim().parse().expect("DENSITY_REGISTRY_N: numbers"))
+                .collect()
+        })
         .unwrap_or_else(|| MARKS.to_vec());
     registry_ops(&rt, &wasm, &marks);
 }

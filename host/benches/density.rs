@@ -247,27 +247,24 @@ mod crate_counts {
     }
 }
 
+/// The sizes listed in environment variable `var` (`100,1000`; empty:
+/// none), or `default`.
+fn sizes_from_env(var: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(var) {
+        Ok(s) => s
+            .split(',')
+            .filter(|n| !n.trim().is_empty())
+            .map(|n| n.trim().parse().unwrap_or_else(|_| panic!("{var}: numbers, comma-separated")))
+            .collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
 fn main() {
     let wasm = plugin_build::plugin_path("noop");
-    let sizes: Vec<usize> = std::env::var("DENSITY_N")
-        .ok()
-        .map(|s| {
-            s.split(',')
-                .filter(|n| !n.trim().is_empty())
-                .map(|n| n.trim().parse().expect("DENSITY_N: numbers"))
-                .collect()
-        })
-        .unwrap_or_else(|| vec![100, 1000, 5000]);
+    let sizes: Vec<usize> = sizes_from_env("DENSITY_N", &[100, 1000, 5000]);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let reclaim_sizes: Vec<usize> = std::env::var("DENSITY_RECLAIM_N")
-        .ok()
-        .map(|s| {
-            s.split(',')
-                .filter(|n| !n.trim().is_empty())
-                .map(|n| n.trim().parse().expect("DENSITY_RECLAIM_N: numbers"))
-                .collect()
-        })
-        .unwrap_or_else(|| vec![1000]);
+    let reclaim_sizes: Vec<usize> = sizes_from_env("DENSITY_RECLAIM_N", &[1000]);
     if !reclaim_sizes.is_empty() {
         println!(
             "idle reclaim: N noop plugins, idle_timeout 2s; process RSS (the informer's {OBJECTS} objects included)"
@@ -309,14 +306,6 @@ fn main() {
             r.ready.as_secs_f64()
         );
     }
-    let marks: Vec<usize> = std::env::var("DENSITY_REGISTRY_N")
-        .ok()
-        .map(|s| {
-            s.split(',')
-                .filter(|n| !n.trim().is_empty())
-                .map(|n| n.trim().parse().expect("DENSITY_REGISTRY_N: numbers"))
-                .collect()
-        })
-        .unwrap_or_else(|| MARKS.to_vec());
+    let marks: Vec<usize> = sizes_from_env("DENSITY_REGISTRY_N", &MARKS);
     registry_ops(&rt, &wasm, &marks);
 }

@@ -67,6 +67,10 @@ pub struct ControllerOptions {
     /// `MaxConcurrentReconciles`).
     pub max_concurrent_reconciles: usize,
     pub rate_limiter: ControllerRateLimiterConfig,
+    /// How often every key is enqueued again (zero: never), through the
+    /// primary informer; `None`: each informer's default resync period, as
+    /// client-go's `AddEventHandler`.
+    pub resync: Option<std::time::Duration>,
 }
 
 impl ControllerOptions {
@@ -77,6 +81,7 @@ impl ControllerOptions {
             secondaries: Vec::new(),
             max_concurrent_reconciles: 1,
             rate_limiter: ControllerRateLimiterConfig::default(),
+            resync: None,
         }
     }
 }
@@ -220,12 +225,20 @@ impl ControllerRunner {
         let stats = Arc::new(ReconcileStats::default());
         let filter = visibility.clone();
         let mut registrations = Vec::new();
+        let resync = options.resync;
         let register = |informer: &SharedIndexInformer, handler: Box<dyn ResourceEventHandler>, what: &str| {
             // The informer's default resync, as client-go's `AddEventHandler`
-            // gives it: a resync enqueues every key.
+            // gives it: a resync enqueues every key. A resync of the
+            // controller's own enqueues the primary's keys, which are every
+            // key: the secondaries need none.
+            let period = match resync {
+                None => informer.default_resync_period(),
+                Some(d) if what == "primary" => d,
+                Some(_) => std::time::Duration::ZERO,
+            };
             let options = HandlerOptions {
                 filter: filter.clone(),
-                resync_period: informer.default_resync_period(),
+                resync_period: period,
                 ..HandlerOptions::named(format!("{name}/{what}"))
             };
             informer

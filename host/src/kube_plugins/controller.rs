@@ -187,6 +187,14 @@ impl PluginResources {
         self.loaded.lock().iter().map(|(k, l)| (k.clone(), l.registry_name.clone())).collect()
     }
 
+    /// Reconciles of the controller Plugin `key` (`namespace/name`) that
+    /// succeeded so far; `None` when it is not a controller running here.
+    pub fn reconciles(&self, key: &str) -> Option<u64> {
+        let loaded = self.loaded.lock();
+        let runner = loaded.get(key)?.runner.as_ref()?;
+        Some(runner.stats().succeeded.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// What `/readyz` and `/metrics` report of this replica.
     pub fn snapshot(&self) -> PluginResourcesSnapshot {
         PluginResourcesSnapshot {

@@ -76,6 +76,9 @@ pub(super) fn prepare(
             })
             .collect(),
         max_concurrent_reconciles: s.max_concurrent_reconciles,
+        // The Plugin's `resync` (none when absent), not the shared
+        // informers' check period.
+        resync: Some(a.effective.resync),
         ..ControllerOptions::new(s.store.clone(), a.primary_kind)
     };
     let guard = GuardConfig {

@@ -603,6 +603,23 @@ async fn a_controller_plugin_from_a_registry_writes_in_its_namespace_as_its_serv
     .await;
     assert_eq!(c.status("reloader")["digest"], v1.digest.as_str());
     c.until("the write counted in the status", |c| c.status("reloader")["counters"]["writes"] == 1).await;
+    // No `resync` in the spec: nothing reconciles the Deployment again
+    // until something changes (the shared informers' 1 s check period is
+    // not the controller's resync).
+    // Two readings 1.5 s apart agree once the first-sight update was
+    // reconciled; a 1 s resync would keep them apart.
+    let mut last = None;
+    let mut stable = false;
+    for _ in 0..20 {
+        let now = c.resources.reconciles("team-a/reloader");
+        if now.is_some() && now == last {
+            stable = true;
+            break;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    assert!(stable, "still reconciling with nothing changed: {last:?} reconciles");
 
     // A real change: a roll (the pod template's hash) and an Event.
     c.server.update(config_map(NS, "web-config", &[], &[("A", "2")])).unwrap();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use informer_host::informer::{
-    DeletedObject, Delivered, Delivery, Delta, DeltaFifo, DeltaObject, HandlerError, Indexer, InformerError,
+    DeletedObject, Delivered, Delivery, Delta, DeltaFifo, DeltaObject, FifoKind, HandlerError, Indexer, InformerError,
     InformerOptions, Notification, Object, ObjectRef, Queue, Registration, ResourceEventHandler, SharedIndexInformer,
     SourceError, TransformFunc, deliver_each,
 };
@@ -42,10 +42,25 @@ fn pod_v(name: &str, n: u64) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": {"n": n}})
 }
 
+/// The FIFO under test: the suite runs against client-go's `DeltaFIFO`,
+/// and with `INFORMER_FIFO=real` against its `RealFIFO`, where the
+/// documented differences are asserted instead.
+fn fifo() -> FifoKind {
+    match std::env::var("INFORMER_FIFO").as_deref() {
+        Ok("real") => FifoKind::Real,
+        _ => FifoKind::Delta,
+    }
+}
+
 fn informer(source: &MemorySource, default_resync: Duration) -> SharedIndexInformer {
     SharedIndexInformer::new(
         source.clone(),
-        InformerOptions { name: "test".into(), default_resync_period: default_resync, ..Default::default() },
+        InformerOptions {
+            name: "test".into(),
+            default_resync_period: default_resync,
+            fifo: fifo(),
+            ..Default::default()
+        },
     )
 }
 
@@ -465,6 +480,12 @@ async fn test_shared_informer_watch_disruption() {
     tokio::time::sleep_until(t0 + Duration::from_millis(1900)).await;
 
     assert_eq!(no_resync.sorted_names(), names(&["pod2", "pod3", "pod4"]));
+    // The documented difference: DeltaFIFO queues the relist's objects,
+    // then its tombstones; RealFIFO the tombstones first.
+    match fifo() {
+        FifoKind::Delta => assert_eq!(no_resync.names(), names(&["pod2", "pod3", "pod4"])),
+        FifoKind::Real => assert_eq!(no_resync.names(), names(&["pod4", "pod2", "pod3"])),
+    }
     assert_eq!(resync.sorted_names(), names(&["pod1", "pod2", "pod3", "pod4"]));
     assert_eq!(resync.sync_names(), names(&["pod1"]));
     for l in [&no_resync, &resync] {
@@ -482,6 +503,45 @@ async fn test_shared_informer_watch_disruption() {
     }
     assert!(errors.lock().iter().any(|e| e.contains("410 Gone")), "{:?}", errors.lock());
     assert_eq!(rv_map(informer.indexer().list()), rv_map(source.objects()));
+    stop.cancel();
+    run.await.unwrap();
+}
+
+/// Changes queued faster than the informer pops them: DeltaFIFO hands a
+/// key's changes over together (a key's place in the queue is its first
+/// change's), RealFIFO each change in arrival order. Either way every
+/// change arrives, and each key's in order.
+#[tokio::test(start_paused = true)]
+async fn test_fifo_order_of_a_backlog_across_keys() {
+    let source = MemorySource::new();
+    source.apply(pod("a")).unwrap();
+    source.apply(pod("b")).unwrap();
+    let informer = informer(&source, Duration::ZERO);
+    let log = Log::default();
+    informer.add_event_handler(Recorder::new(&log)).unwrap();
+    let (stop, run) = start(&informer);
+    settle_ms(100).await;
+    log.clear();
+    // One burst: the reflector queues all three before the informer pops.
+    source.apply(pod_v("a", 1)).unwrap();
+    source.apply(pod_v("b", 1)).unwrap();
+    source.apply(pod_v("a", 2)).unwrap();
+    settle_ms(100).await;
+    let updates: Vec<(String, String)> = log
+        .notifications()
+        .into_iter()
+        .map(|n| match n {
+            Notification::Update { new, .. } => {
+                (new.name().to_string(), new.pointer_value("/spec/n").unwrap().to_string())
+            }
+            other => panic!("only updates: {other:?}"),
+        })
+        .collect();
+    let pairs = |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>();
+    match fifo() {
+        FifoKind::Delta => assert_eq!(updates, pairs(&[("a", "1"), ("a", "2"), ("b", "1")])),
+        FifoKind::Real => assert_eq!(updates, pairs(&[("a", "1"), ("b", "1"), ("a", "2")])),
+    }
     stop.cancel();
     run.await.unwrap();
 }

@@ -149,6 +149,7 @@ impl App {
                     // No handler uses the default period (each plugin has
                     // its own); it sets the starting check period.
                     default_resync_period: resync_check_period(cfg, &config.plugins),
+                    fifo: cfg.fifo,
                     ..InformerOptions::default()
                 },
             );

@@ -37,6 +37,7 @@
 //! resync = "30s"
 //! indexers = ["app"]
 //! strip = ["managed-fields"]   # and "last-applied": dropped before the cache
+//! fifo = "delta"               # or "real": client-go's RealFIFO
 //!
 //! [[plugin]]
 //! name = "label-audit"
@@ -261,6 +262,8 @@ pub struct InformerConfig {
     pub indexers: Vec<String>,
     /// What is dropped from each object before the cache (`strip`).
     pub strip: crate::informer::Strip,
+    /// The FIFO between its reflector and its cache (`fifo`).
+    pub fifo: crate::informer::FifoKind,
     /// Where the informer is defined (its `name`).
     pub location: Location,
 }
@@ -273,6 +276,7 @@ impl InformerConfig {
             && self.resync == other.resync
             && self.indexers == other.indexers
             && self.strip == other.strip
+            && self.fifo == other.fifo
     }
 }
 
@@ -617,6 +621,7 @@ struct RawInformer {
     resync: Option<S<String>>,
     indexers: Option<Vec<S<String>>>,
     strip: Option<Vec<S<String>>>,
+    fifo: Option<S<String>>,
 }
 
 impl RawInformer {
@@ -638,7 +643,8 @@ impl RawInformer {
                 field_selector,
                 resync,
                 indexers,
-                strip
+                strip,
+                fifo
             ]
         )
     }
@@ -1022,6 +1028,14 @@ impl<'a> Cx<'a> {
                 ),
             }
         }
+        let fifo = match r.fifo.as_ref().map(|v| (v, v.get_ref().as_str())) {
+            None | Some((_, "delta")) => crate::informer::FifoKind::Delta,
+            Some((_, "real")) => crate::informer::FifoKind::Real,
+            Some((v, other)) => {
+                self.error(v.span(), format!("unknown fifo {other:?}, expected \"delta\" or \"real\""));
+                crate::informer::FifoKind::Delta
+            }
+        };
         if let Some(v) = &r.label_selector
             && let Err(e) = crate::source::selector::Selector::parse(v.get_ref())
         {
@@ -1116,6 +1130,7 @@ impl<'a> Cx<'a> {
             resync,
             indexers,
             strip,
+            fifo,
             location,
         })
     }
@@ -2018,8 +2033,13 @@ informer = "x"
     fn strip_names_what_it_drops_or_is_refused_at_its_value() {
         let f = Fixture::new();
         let base = "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\n";
-        let c = Config::parse(&format!("{base}strip = [\"managed-fields\"]\n"), "host.toml", f.dir.path()).unwrap();
+        let c =
+            Config::parse(&format!("{base}strip = [\"managed-fields\"]\nfifo = \"real\"\n"), "host.toml", f.dir.path())
+                .unwrap();
         assert_eq!(c.informers[0].strip, crate::informer::Strip { managed_fields: true, last_applied: false });
+        assert_eq!(c.informers[0].fifo, crate::informer::FifoKind::Real);
+        let e = f.errors(&format!("{base}fifo = \"fast\"\n"));
+        assert!(e[0].starts_with("host.toml:5:8: unknown fifo \"fast\", expected \"delta\" or \"real\""), "{e:?}");
         let e = f.errors(&format!("{base}strip = [\"last-applied\", \"status\"]\n"));
         assert_eq!(e.len(), 1, "{e:?}");
         assert!(

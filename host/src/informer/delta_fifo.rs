@@ -42,7 +42,7 @@ impl DeltaObject {
             DeltaObject::Tombstone(t) => t.object(),
         }
     }
-    fn is_tombstone(&self) -> bool {
+    pub(crate) fn is_tombstone(&self) -> bool {
         matches!(self, DeltaObject::Tombstone(DeletedObject::FinalStateUnknown { .. }))
     }
 }

@@ -13,6 +13,7 @@ mod lister_watcher;
 mod notification_log;
 mod object;
 mod processor;
+mod real_fifo;
 mod reflector;
 mod shared_informer;
 mod store;
@@ -28,6 +29,7 @@ pub use lister_watcher::{
 };
 pub use object::{DeletedObject, Object, ObjectError, ObjectRef};
 pub use processor::{MINIMUM_RESYNC_PERIOD, determine_resync_period};
+pub use real_fifo::{Fifo, FifoKind, RealFifo};
 pub use reflector::{ReflectorStats, WatchErrorHandler};
 pub use shared_informer::{HandlerOptions, InformerError, InformerOptions, SharedIndexInformer};
 pub use store::{IndexError, IndexFunc, Indexer, NAMESPACE_INDEX};

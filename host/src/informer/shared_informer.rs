@@ -18,12 +18,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::delta_fifo::{DeltaFifo, DeltaObject, DeltaType, Popped, Queue, TransformFunc};
+use super::delta_fifo::{DeltaObject, DeltaType, Popped, Queue, TransformFunc};
 use super::handler::{Notification, ResourceEventHandler};
 use super::listener::{ObjectFilter, ProcessorListener, Registration};
 use super::lister_watcher::{ListerWatcher, SourceError};
 use super::object::DeletedObject;
 use super::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
+use super::real_fifo::{Fifo, FifoKind};
 use super::reflector::{Reflector, ReflectorStats, WatchErrorHandler};
 use super::store::{IndexError, IndexFunc, Indexer};
 
@@ -78,11 +79,19 @@ pub struct InformerOptions {
     /// Delivery workers shared by the `Delivery::Blocking` handlers of one
     /// fairness group (see [`HandlerOptions::group`]).
     pub blocking_workers: usize,
+    /// The FIFO between the reflector and the cache: client-go's
+    /// `DeltaFIFO` (the default) or `RealFIFO`.
+    pub fifo: FifoKind,
 }
 
 impl Default for InformerOptions {
     fn default() -> Self {
-        InformerOptions { name: "informer".into(), default_resync_period: Duration::ZERO, blocking_workers: 4 }
+        InformerOptions {
+            name: "informer".into(),
+            default_resync_period: Duration::ZERO,
+            blocking_workers: 4,
+            fifo: FifoKind::Delta,
+        }
     }
 }
 
@@ -92,7 +101,7 @@ struct State {
     resync_check_period: Duration,
     transform: Option<TransformFunc>,
     on_error: Option<WatchErrorHandler>,
-    fifo: Option<Arc<DeltaFifo>>,
+    fifo: Option<Arc<Fifo>>,
 }
 
 struct Inner {
@@ -111,6 +120,7 @@ struct Inner {
     /// Delivery workers per fairness group, created on first use.
     group_workers: Mutex<HashMap<String, Arc<Semaphore>>>,
     blocking_workers: usize,
+    fifo_kind: FifoKind,
     last_sync_resource_version: Arc<Mutex<String>>,
     reflector_stats: Arc<ReflectorStats>,
 }
@@ -175,6 +185,7 @@ impl SharedIndexInformer {
                 blocking: Arc::new(Semaphore::new(options.blocking_workers.max(1))),
                 group_workers: Mutex::new(HashMap::new()),
                 blocking_workers: options.blocking_workers.max(1),
+                fifo_kind: options.fifo,
                 last_sync_resource_version: Arc::new(Mutex::new(String::new())),
                 reflector_stats: Arc::default(),
             }),
@@ -363,7 +374,7 @@ impl SharedIndexInformer {
                 tracing::warn!(informer = %inner.name, "the informer has started, run more than once is not allowed");
                 return;
             }
-            let fifo = Arc::new(DeltaFifo::new(inner.indexer.clone(), st.transform.clone()));
+            let fifo = Arc::new(Fifo::new(inner.fifo_kind, inner.indexer.clone(), st.transform.clone()));
             st.fifo = Some(fifo.clone());
             st.started = true;
             // The reflector logs every failure itself, once; the default

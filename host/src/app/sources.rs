@@ -105,6 +105,7 @@ impl Sources {
                     namespace: k.namespace.clone(),
                     label_selector: k.label_selector.clone(),
                     field_selector: k.field_selector.clone(),
+                    watch_list: k.watch_list,
                     ..KubeSourceOptions::default()
                 };
                 Ok(Arc::new(KubeSource::discovered(client, &resource, options)))

@@ -322,6 +322,8 @@ pub struct KubeConfig {
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
+    /// List by watch-list (`sendInitialEvents`) rather than paged lists.
+    pub watch_list: bool,
 }
 
 /// One `[[plugin]]`.
@@ -622,6 +624,7 @@ struct RawInformer {
     indexers: Option<Vec<S<String>>>,
     strip: Option<Vec<S<String>>>,
     fifo: Option<S<String>>,
+    watch_list: Option<S<bool>>,
 }
 
 impl RawInformer {
@@ -644,7 +647,8 @@ impl RawInformer {
                 resync,
                 indexers,
                 strip,
-                fifo
+                fifo,
+                watch_list
             ]
         )
     }
@@ -1054,6 +1058,9 @@ impl<'a> Cx<'a> {
                         self.error(v.span(), format!("`{key}` is only valid with source = \"kube\""));
                     }
                 }
+                if let Some(v) = &r.watch_list {
+                    self.error(v.span(), "`watch_list` is only valid with source = \"kube\"");
+                }
                 let dir = match &r.dir {
                     None => {
                         self.error(r.source.span(), "source = \"manifests\" needs `dir`, the directory of manifests");
@@ -1117,6 +1124,7 @@ impl<'a> Cx<'a> {
                     namespace: opt(&r.namespace),
                     label_selector: opt(&r.label_selector),
                     field_selector: opt(&r.field_selector),
+                    watch_list: r.watch_list.as_ref().is_some_and(|w| *w.get_ref()),
                 })
             }
             other => {
@@ -2048,6 +2056,19 @@ informer = "x"
             ),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn watch_list_is_a_kube_informer_setting() {
+        let f = Fixture::new();
+        let kube =
+            "[[informer]]\nname = \"a\"\nsource = \"kube\"\napi_version = \"v1\"\nkind = \"Pod\"\nwatch_list = true\n";
+        let c = Config::parse(kube, "host.toml", f.dir.path()).unwrap();
+        let SourceConfig::Kube(k) = &c.informers[0].source else { panic!("kube") };
+        assert!(k.watch_list);
+        let e =
+            f.errors("[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\nwatch_list = true\n");
+        assert!(e[0].starts_with("host.toml:5:14: `watch_list` is only valid with source = \"kube\""), "{e:?}");
     }
 
     #[test]

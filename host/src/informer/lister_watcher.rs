@@ -28,6 +28,9 @@ pub enum WatchEvent {
     /// The server has sent every event up to `resource_version`.
     Bookmark {
         resource_version: String,
+        /// The bookmark annotated `k8s.io/initial-events-end`: a
+        /// watch-list's initial state is complete.
+        initial_events_end: bool,
     },
 }
 
@@ -92,6 +95,13 @@ pub trait ListerWatcher: Send + Sync + 'static {
     fn list(&self) -> BoxFuture<'_, Result<ListResult, SourceError>>;
     /// Watches for changes after `resource_version`.
     fn watch(&self, resource_version: &str) -> BoxFuture<'_, Result<WatchStream, SourceError>>;
+    /// A watch-list, when the source has one: a watch whose first events
+    /// are every current object as `Added`, up to a bookmark with
+    /// `initial_events_end`, and then changes. `None` (the default): the
+    /// reflector lists.
+    fn watch_list(&self) -> Option<BoxFuture<'_, Result<WatchStream, SourceError>>> {
+        None
+    }
     /// A description for logs, e.g. `v1/ConfigMap in ns`.
     fn describe(&self) -> String;
     /// Delays between failed attempts. The default is client-go's

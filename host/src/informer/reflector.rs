@@ -34,7 +34,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::delta_fifo::Queue;
-use super::lister_watcher::{Backoff, ListerWatcher, SourceError, WatchEvent};
+use super::lister_watcher::{Backoff, ListResult, ListerWatcher, SourceError, WatchEvent, WatchStream};
+use super::object::ObjectRef;
 
 /// Called with every list or watch failure (client-go's `WatchErrorHandler`).
 pub type WatchErrorHandler = Arc<dyn Fn(&SourceError) + Send + Sync>;
@@ -119,6 +120,8 @@ pub(crate) struct Reflector<Q: Queue> {
     pub last_sync_resource_version: Arc<Mutex<String>>,
     pub on_error: WatchErrorHandler,
     pub stats: Arc<ReflectorStats>,
+    /// Set once the source's watch-list failed: it lists from then on.
+    pub watch_list_failed: std::sync::atomic::AtomicBool,
 }
 
 /// What `list_and_watch` ended with, and why.
@@ -213,15 +216,69 @@ impl<Q: Queue + 'static> Reflector<Q> {
         tokio::time::sleep(delay).await;
     }
 
+    /// The initial state through the source's watch-list: the objects up
+    /// to the initial-events-end bookmark, its resourceVersion, and the
+    /// stream, which goes on with changes. `None` when the source has no
+    /// watch-list or it failed (then the caller lists; client-go: "making
+    /// progress is better than deadlocking").
+    async fn watch_list(&self) -> Option<(ListResult, WatchStream)> {
+        if self.watch_list_failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let opened = self.lw.watch_list()?.await;
+        let failed = |e: &dyn std::fmt::Display| {
+            // Once refused, lists from now on: a server without watch-list
+            // would refuse every relist's attempt too.
+            self.watch_list_failed.store(true, Ordering::Relaxed);
+            tracing::warn!(informer = %self.name, "watch-list failed, listing instead from now on: {e}");
+            None
+        };
+        let mut stream = match opened {
+            Ok(s) => s,
+            Err(e) => return failed(&e),
+        };
+        // Keyed, in arrival order: an object changed before the end is
+        // listed once, in its latest state.
+        let mut order: Vec<ObjectRef> = Vec::new();
+        let mut at: std::collections::HashMap<Box<str>, usize> = std::collections::HashMap::new();
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => match at.get(o.key()) {
+                    Some(&i) => order[i] = o,
+                    None => {
+                        at.insert(o.key().into(), order.len());
+                        order.push(o);
+                    }
+                },
+                Ok(WatchEvent::Deleted(o)) => {
+                    if let Some(i) = at.remove(o.key()) {
+                        order.remove(i);
+                        at.values_mut().filter(|j| **j > i).for_each(|j| *j -= 1);
+                    }
+                }
+                Ok(WatchEvent::Bookmark { resource_version, initial_events_end: true }) => {
+                    return Some((ListResult { items: order, resource_version }, stream));
+                }
+                Ok(WatchEvent::Bookmark { .. }) => {}
+                Err(e) => return failed(&e),
+            }
+            tokio::task::coop::consume_budget().await;
+        }
+        failed(&"the stream ended before the initial-events-end bookmark")
+    }
+
     async fn list_and_watch(&self, backoff: &mut dyn Backoff) -> Next {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         let listing = std::time::Instant::now();
-        let list = match self.lw.list().await {
-            Ok(l) => l,
-            Err(e) => {
-                self.stats.list_failures.fetch_add(1, Ordering::Relaxed);
-                return self.failed(e, Next::ListFailed);
-            }
+        let (list, mut streamed) = match self.watch_list().await {
+            Some((list, stream)) => (list, Some(stream)),
+            None => match self.lw.list().await {
+                Ok(l) => (l, None),
+                Err(e) => {
+                    self.stats.list_failures.fetch_add(1, Ordering::Relaxed);
+                    return self.failed(e, Next::ListFailed);
+                }
+            },
         };
         self.stats.list_micros.fetch_add(listing.elapsed().as_micros() as u64, Ordering::Relaxed);
         self.stats.last_list_items.store(list.items.len() as u64, Ordering::Relaxed);
@@ -232,7 +289,12 @@ impl<Q: Queue + 'static> Reflector<Q> {
         self.set_rv(Some(&list.resource_version));
         loop {
             let rv = self.last_sync_resource_version.lock().clone();
-            let mut stream = match self.lw.watch(&rv).await {
+            let opened = match streamed.take() {
+                // The watch-list's stream goes on with changes.
+                Some(s) => Ok(s),
+                None => self.lw.watch(&rv).await,
+            };
+            let mut stream = match opened {
                 Ok(s) => s,
                 Err(e) if e.is_gone() => return self.failed(e, Next::Relist),
                 Err(e) if e.is_retriable() => {
@@ -297,7 +359,7 @@ impl<Q: Queue + 'static> Reflector<Q> {
                 self.set_rv(o.resource_version());
                 self.queue.delete(o);
             }
-            WatchEvent::Bookmark { resource_version } => self.set_rv(Some(&resource_version)),
+            WatchEvent::Bookmark { resource_version, .. } => self.set_rv(Some(&resource_version)),
         }
     }
 }

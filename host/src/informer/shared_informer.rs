@@ -390,6 +390,7 @@ impl SharedIndexInformer {
             last_sync_resource_version: inner.last_sync_resource_version.clone(),
             on_error,
             stats: inner.reflector_stats.clone(),
+            watch_list_failed: Default::default(),
         };
         // What the list and watch requests log underneath (the kube client's
         // own lines about a refused connection, say) names the informer too.

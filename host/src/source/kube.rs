@@ -83,6 +83,9 @@ use crate::informer::{Backoff, ListResult, ListerWatcher, Object, ObjectRef, Sou
 /// The longest delay [`RuntimeBackoff`] reports if its backoff runs dry.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// The annotation of the bookmark that ends a watch-list's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
 /// A resource type to list and watch: group, version, kind, and optionally
 /// the plural used in URLs (guessed from the kind when absent, as
 /// [`ApiResource::from_gvk`] does).
@@ -158,6 +161,12 @@ pub struct KubeSourceOptions {
     pub watch_timeout: Option<u32>,
     /// Ask for `BOOKMARK` events. Default true.
     pub bookmarks: bool,
+    /// List by watch-list (`sendInitialEvents=true`: the state streamed as
+    /// `ADDED` events up to a bookmark annotated `k8s.io/initial-events-end`)
+    /// rather than by paged lists; the reflector falls back to paged lists
+    /// if the server refuses it. Default false (paged lists; client-go ≥
+    /// 1.35 defaults to watch-list).
+    pub watch_list: bool,
 }
 
 impl Default for KubeSourceOptions {
@@ -170,6 +179,7 @@ impl Default for KubeSourceOptions {
             list_semantic: ListSemantic::MostRecent,
             watch_timeout: None,
             bookmarks: true,
+            watch_list: false,
         }
     }
 }
@@ -505,9 +515,26 @@ impl KubeSource {
     }
 
     async fn watch_from(&self, resource_version: String) -> Result<WatchStream, SourceError> {
+        self.open_watch(self.watch_params(), resource_version).await
+    }
+
+    /// The watch-list: every current object as `ADDED`, then the bookmark
+    /// annotated `k8s.io/initial-events-end`, then changes (kube's
+    /// `WatchParams::streaming_lists`: `resourceVersionMatch=NotOlderThan`
+    /// from the most recent state, bookmarks on).
+    async fn watch_list_stream(&self) -> Result<WatchStream, SourceError> {
+        let wp = WatchParams {
+            label_selector: self.options.label_selector.clone(),
+            field_selector: self.options.field_selector.clone(),
+            timeout: self.options.watch_timeout,
+            ..WatchParams::streaming_lists()
+        };
+        self.open_watch(wp, String::new()).await
+    }
+
+    async fn open_watch(&self, wp: WatchParams, resource_version: String) -> Result<WatchStream, SourceError> {
         let request = &self.resolve().await?.request;
-        let mut req =
-            request.watch(&self.watch_params(), &resource_version).map_err(|e| self.meta.other("watch", e))?;
+        let mut req = request.watch(&wp, &resource_version).map_err(|e| self.meta.other("watch", e))?;
         // As kube's `request_events`: a watch stream is never compressed.
         req.headers_mut().entry(ACCEPT_ENCODING).or_insert(HeaderValue::from_static("identity"));
         let res =
@@ -600,7 +627,10 @@ impl WatchState {
             Ok(KubeEvent::Added(raw)) => meta.object(raw).map(WatchEvent::Added),
             Ok(KubeEvent::Modified(raw)) => meta.object(raw).map(WatchEvent::Modified),
             Ok(KubeEvent::Deleted(raw)) => meta.object(raw).map(WatchEvent::Deleted),
-            Ok(KubeEvent::Bookmark(b)) => Ok(WatchEvent::Bookmark { resource_version: b.metadata.resource_version }),
+            Ok(KubeEvent::Bookmark(b)) => Ok(WatchEvent::Bookmark {
+                initial_events_end: b.metadata.annotations.get(INITIAL_EVENTS_END).is_some_and(|v| v == "true"),
+                resource_version: b.metadata.resource_version,
+            }),
             Ok(KubeEvent::Error(status)) => Err(meta.status("watch", rv, &status, None)),
             Err(e) => match serde_json::from_slice::<Status>(line) {
                 // A bare Status line: the server's error, as kube reads it.
@@ -793,6 +823,9 @@ impl ListerWatcher for KubeSource {
     }
     fn watch(&self, resource_version: &str) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
         Box::pin(self.watch_from(resource_version.to_string()))
+    }
+    fn watch_list(&self) -> Option<BoxFuture<'_, Result<WatchStream, SourceError>>> {
+        self.options.watch_list.then(|| Box::pin(self.watch_list_stream()) as BoxFuture<'_, _>)
     }
     fn describe(&self) -> String {
         self.meta.describe.clone()

@@ -112,7 +112,7 @@ impl VersionedStore {
     pub fn bookmark(&self) {
         let mut st = self.state.lock();
         let rv = st.rv;
-        self.record(&mut st, rv, WatchEvent::Bookmark { resource_version: rv.to_string() });
+        self.record(&mut st, rv, WatchEvent::Bookmark { resource_version: rv.to_string(), initial_events_end: false });
     }
 
     fn record(&self, st: &mut State, rv: u64, ev: WatchEvent) {

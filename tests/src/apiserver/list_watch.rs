@@ -233,31 +233,74 @@ pub(super) fn serve_watch(shared: &Arc<Shared>, route: &Route, query: &[(String,
         Some(Ok(n)) => Some(n),
         Some(Err(_)) => return status_response(400, "BadRequest", "resourceVersion: invalid value".into()),
     };
+    // Watch-list (apimachinery's ValidateListOptions): sendInitialEvents
+    // needs resourceVersionMatch=NotOlderThan, which a plain watch may not
+    // carry; allowWatchBookmarks is not checked.
+    let initial_events = param("sendInitialEvents").and_then(parse_bool).unwrap_or(false);
+    let rvm = param("resourceVersionMatch");
+    let invalid =
+        |cause: &str| status_response(422, "Invalid", format!("ListOptions.meta.k8s.io \"\" is invalid: {cause}"));
+    match (initial_events, rvm) {
+        (true, Some("NotOlderThan")) => {}
+        (true, _) => {
+            return invalid(
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            );
+        }
+        (false, Some(_)) => {
+            return invalid(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            );
+        }
+        (false, None) => {}
+    }
+    if initial_events && !shared.state.lock().watch_list {
+        return invalid(
+            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        );
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     let mut lines = Vec::new();
     let ty = {
         let mut st = shared.state.lock();
-        match from {
-            Some(n) if n < st.compacted => {
-                let message = format!("too old resource version: {n} ({})", st.compacted);
-                return match st.gone_style {
-                    GoneStyle::HttpStatus => status_response(410, "Expired", message),
-                    GoneStyle::ErrorEvent => {
-                        let line = event_line("ERROR", &status_object(410, "Expired", message));
-                        let body = Full::new(Bytes::from(line)).map_err(|never| match never {}).boxed_unsync();
-                        watch_response(body)
-                    }
-                };
-            }
-            // Events strictly after n.
-            Some(n) => {
-                lines.extend(st.log.iter().filter(|e| e.rv > n).filter_map(|e| filter.render(e)));
-            }
-            // Get state and start at most recent: synthetic adds.
-            None => {
-                lines.extend(
-                    st.objects.iter().filter(|(k, v)| filter.selects(k, v)).map(|(_, v)| event_line("ADDED", v)),
-                );
+        if initial_events {
+            // The state now (at least as new as any resourceVersion given),
+            // then the bookmark that ends it, then changes after it.
+            lines.extend(st.objects.iter().filter(|(k, v)| filter.selects(k, v)).map(|(_, v)| event_line("ADDED", v)));
+            let ty = &st.types[route.ty];
+            let end = json!({
+                "kind": ty.kind,
+                "apiVersion": ty.api_version(),
+                "metadata": {
+                    "resourceVersion": st.rv.to_string(),
+                    "creationTimestamp": null,
+                    "annotations": {"k8s.io/initial-events-end": "true"},
+                },
+            });
+            lines.push(event_line("BOOKMARK", &end));
+        } else {
+            match from {
+                Some(n) if n < st.compacted => {
+                    let message = format!("too old resource version: {n} ({})", st.compacted);
+                    return match st.gone_style {
+                        GoneStyle::HttpStatus => status_response(410, "Expired", message),
+                        GoneStyle::ErrorEvent => {
+                            let line = event_line("ERROR", &status_object(410, "Expired", message));
+                            let body = Full::new(Bytes::from(line)).map_err(|never| match never {}).boxed_unsync();
+                            watch_response(body)
+                        }
+                    };
+                }
+                // Events strictly after n.
+                Some(n) => {
+                    lines.extend(st.log.iter().filter(|e| e.rv > n).filter_map(|e| filter.render(e)));
+                }
+                // Get state and start at most recent: synthetic adds.
+                None => {
+                    lines.extend(
+                        st.objects.iter().filter(|(k, v)| filter.selects(k, v)).map(|(_, v)| event_line("ADDED", v)),
+                    );
+                }
             }
         }
         st.watchers.push(tx);

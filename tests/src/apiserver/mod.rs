@@ -200,6 +200,7 @@ impl ApiServer {
                 throttles: Vec::new(),
                 users: BTreeMap::new(),
                 gone_style: GoneStyle::default(),
+                watch_list: true,
                 next_uid: 1,
             }),
             hold: watch::Sender::new(false),
@@ -398,6 +399,13 @@ impl ApiServer {
     /// Chooses how a watch from a compacted resourceVersion is refused.
     pub fn set_gone_style(&self, style: GoneStyle) {
         self.shared.state.lock().gone_style = style;
+    }
+
+    /// Serves watch-lists (`sendInitialEvents=true`) or, when `false`,
+    /// refuses them as a server with the WatchList feature gate off does
+    /// (`422 Invalid`).
+    pub fn set_watch_list(&self, enabled: bool) {
+        self.shared.state.lock().watch_list = enabled;
     }
 
     /// Answers the next request of `kind` with an error Status of `code`.

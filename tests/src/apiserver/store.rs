@@ -46,6 +46,9 @@ pub(super) struct State {
     pub(super) users: BTreeMap<String, Vec<Rule>>,
     pub(super) gone_style: GoneStyle,
     pub(super) next_uid: u64,
+    /// Whether watches with `sendInitialEvents=true` are served (the
+    /// WatchList feature gate, on by default since Kubernetes 1.34).
+    pub(super) watch_list: bool,
 }
 impl State {
     /// Serves `ty`, replacing a type with the same group, version and plural.

@@ -201,3 +201,63 @@ async fn an_informer_with_strip_caches_objects_without_managed_fields() {
     assert_eq!(stripped["spec"], plain["spec"]);
     app.shutdown().await;
 }
+
+/// The process's resident set now and its peak since the last reset
+/// (`VmRSS`, `VmHWM`), in bytes.
+fn rss_and_peak() -> (usize, usize) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<usize>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Peak RSS of the initial sync of 10 000 ConfigMaps (~1 KiB each) by
+/// paged lists (500 a page) or, with `SYNC_LIST=watch-list`, by a
+/// watch-list: one way per process (an allocator that already grew for
+/// one way would hide the other's growth). Measured from a reset peak
+/// (`/proc/self/clear_refs`) once the test API server, in this process,
+/// holds the objects; the server's own buffers during the sync count too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run with --ignored --nocapture, once per SYNC_LIST"]
+async fn bench_initial_sync_peak_rss_paged_against_watch_list() {
+    const N: usize = 10_000;
+    let watch_list = std::env::var("SYNC_LIST").as_deref() == Ok("watch-list");
+    let server = ApiServer::start().await;
+    let value = "x".repeat(900);
+    for i in 0..N {
+        let cm = e2e::apiserver::config_map("shop", &format!("cm{i:05}"), &[("app", "web")], &[("v", &value)]);
+        server.create(cm).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let (before, _) = rss_and_peak();
+    let started = std::time::Instant::now();
+    let options = KubeSourceOptions { watch_list, ..KubeSourceOptions::default() };
+    let source = KubeSource::new(server.client(), &KubeResource::new("v1", "ConfigMap"), options);
+    let informer = SharedIndexInformer::new(source, InformerOptions::default());
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (informer, stop) = (informer.clone(), stop.clone());
+        async move { informer.run(stop).await }
+    });
+    eventually("synced", || informer.has_synced()).await;
+    let took = started.elapsed();
+    assert_eq!(informer.indexer().len(), N);
+    let (after, peak) = rss_and_peak();
+    stop.cancel();
+    let _ = run.await;
+    let mib = |b: usize| b.saturating_sub(before) as f64 / (1 << 20) as f64;
+    println!(
+        "initial sync of {N} ConfigMaps (~1 KiB) by {}: peak RSS +{:.1} MiB, after +{:.1} MiB, {:.0} ms",
+        if watch_list { "watch-list" } else { "paged lists (500)" },
+        mib(peak),
+        mib(after),
+        took.as_secs_f64() * 1e3
+    );
+}

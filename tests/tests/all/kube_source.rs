@@ -779,3 +779,61 @@ async fn a_namespace_on_a_cluster_scoped_kind_is_a_clear_error() {
     let e = h.errors()[0].to_string();
     assert!(e.contains("Namespace is cluster-scoped; an informer of it cannot have a namespace"), "{e}");
 }
+
+/// The relist scenario of `gone_forces_relist_with_tombstone` (a change
+/// and a delete missed while the watch was held, then compaction), with
+/// paged lists or with watch-lists; the handler's notifications.
+async fn relist_through(watch_list: bool) -> (Vec<String>, ApiServer) {
+    let server = ApiServer::start().await;
+    server.create(config_map("ns", "a", &[], &[("k", "1")])).unwrap();
+    server.create(config_map("ns", "b", &[], &[("k", "2")])).unwrap();
+    let options = KubeSourceOptions { watch_list, ..KubeSourceOptions::default() };
+    let h = Harness::synced(&server, config_maps(), options).await;
+    server.create(config_map("ns", "c", &[], &[])).unwrap();
+    h.wait_for(3).await;
+    server.hold_watches();
+    assert_eq!(server.drop_watches(), 1);
+    eventually("the held watch", || server.watches().len() == 2).await;
+    server.update(config_map("ns", "a", &[], &[("k", "changed")])).unwrap();
+    server.delete_config_map("ns", "b").unwrap();
+    server.compact();
+    server.release_watches();
+    h.wait_for(6).await;
+    server.create(config_map("ns", "d", &[], &[])).unwrap();
+    h.wait_for(7).await;
+    assert_eq!(h.keys(), ["ns/a", "ns/c", "ns/d"]);
+    (h.rec.lines(), server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_list_syncs_and_relists_like_paged_lists_without_a_list_request() {
+    let (paged, paged_server) = relist_through(false).await;
+    let (streamed, server) = relist_through(true).await;
+    assert_eq!(streamed, paged, "the same notifications, in the same order");
+    assert_eq!(paged_server.lists().len(), 2);
+    assert!(server.lists().is_empty(), "no list request: {:?}", server.lists());
+    // The initial sync and the relist: watches with sendInitialEvents.
+    let watch_lists: Vec<_> =
+        server.watches().into_iter().filter(|w| w.param("sendInitialEvents") == Some("true")).collect();
+    assert_eq!(watch_lists.len(), 2, "{watch_lists:#?}");
+    for w in &watch_lists {
+        assert_eq!(w.param("resourceVersionMatch"), Some("NotOlderThan"));
+        assert_eq!(w.param("allowWatchBookmarks"), Some("true"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_watch_list_is_listed_instead() {
+    let server = ApiServer::start().await;
+    server.set_watch_list(false);
+    server.create(config_map("ns", "a", &[], &[])).unwrap();
+    let options = KubeSourceOptions { watch_list: true, ..KubeSourceOptions::default() };
+    let h = Harness::synced(&server, config_maps(), options).await;
+    assert_eq!(h.rec.lines(), ["add ns/a@2 initial"]);
+    assert_eq!(server.lists().len(), 1, "a paged list after the refusal");
+    server.create(config_map("ns", "b", &[], &[])).unwrap();
+    h.wait_for(2).await;
+    // Refused once, it is not asked again.
+    let asked = server.watches().into_iter().filter(|w| w.param("sendInitialEvents") == Some("true")).count();
+    assert_eq!(asked, 1);
+}

@@ -88,14 +88,93 @@ pub trait Queue: Send + Sync {
     fn close(&self);
 }
 
+/// What both FIFOs keep of their first list (client-go's `populated` and
+/// `initialPopulationCount`), and whether the queue is closed.
+#[derive(Default)]
+pub(crate) struct Population {
+    pub populated: bool,
+    /// Items of the first replace not yet processed.
+    pub initial_population_count: usize,
+    pub closed: bool,
+}
+
+impl Population {
+    pub fn has_synced(&self) -> bool {
+        self.populated && self.initial_population_count == 0
+    }
+    /// Whether what is popped now belongs to the first list.
+    pub fn is_in_initial_list(&self) -> bool {
+        !self.has_synced()
+    }
+    /// A replace of `n` items: the first one sets what `has_synced` waits for.
+    pub fn replaced(&mut self, n: usize) {
+        if !self.populated {
+            self.populated = true;
+            self.initial_population_count = n;
+        }
+    }
+    /// A popped item was processed.
+    pub fn done(&mut self, popped_was_initial: bool) {
+        if popped_was_initial && self.initial_population_count > 0 {
+            self.initial_population_count -= 1;
+        }
+    }
+}
+
+/// A FIFO's state behind its lock.
+pub(crate) trait FifoState: Send {
+    fn population(&mut self) -> &mut Population;
+    /// The next item, if one is queued.
+    fn pop(&mut self) -> Option<Popped>;
+}
+
+/// Waits for the next item of `state`; `None` once closed and empty.
+pub(crate) async fn pop_waiting<S: FifoState>(state: &Mutex<S>, notify: &Notify) -> Option<Popped> {
+    loop {
+        let notified = notify.notified();
+        {
+            let mut st = state.lock();
+            if let Some(p) = st.pop() {
+                return Some(p);
+            }
+            if st.population().closed {
+                return None;
+            }
+        }
+        notified.await;
+    }
+}
+
+/// Closes `state` and wakes every waiting pop.
+pub(crate) fn close(state: &Mutex<impl FifoState>, notify: &Notify) {
+    state.lock().population().closed = true;
+    notify.notify_waiters();
+    notify.notify_one();
+}
+
 #[derive(Default)]
 struct State {
     items: HashMap<Arc<str>, Deltas>,
     queue: VecDeque<Arc<str>>,
-    populated: bool,
-    /// Items of the first replace not yet processed.
-    initial_population_count: usize,
-    closed: bool,
+    sync: Population,
+}
+
+impl FifoState for State {
+    fn population(&mut self) -> &mut Population {
+        &mut self.sync
+    }
+    fn pop(&mut self) -> Option<Popped> {
+        while let Some(key) = self.queue.pop_front() {
+            let is_in_initial_list = self.sync.is_in_initial_list();
+            if let Some(deltas) = self.items.remove(&key) {
+                return Some(Popped { key, deltas, is_in_initial_list });
+            }
+            if self.sync.initial_population_count > 0 {
+                self.sync.initial_population_count -= 1;
+            }
+        }
+        None
+    }
 }
 
 /// client-go's `DeltaFIFO` with `EmitDeltaTypeReplaced: true`.
@@ -172,37 +251,24 @@ fn dedup_deltas(deltas: &mut Deltas) {
     }
 }
 
-fn pop_locked(st: &mut State) -> Option<Popped> {
-    while let Some(key) = st.queue.pop_front() {
-        let is_in_initial_list = !(st.populated && st.initial_population_count == 0);
-        if let Some(deltas) = st.items.remove(&key) {
-            return Some(Popped { key, deltas, is_in_initial_list });
-        }
-        if st.initial_population_count > 0 {
-            st.initial_population_count -= 1;
-        }
-    }
-    None
-}
-
 impl Queue for DeltaFifo {
     fn add(&self, obj: ObjectRef) {
         let obj = self.transformed(obj);
         let mut st = self.state.lock();
-        st.populated = true;
+        st.sync.populated = true;
         self.queue_action(&mut st, DeltaType::Added, DeltaObject::Object(obj));
     }
 
     fn update(&self, obj: ObjectRef) {
         let obj = self.transformed(obj);
         let mut st = self.state.lock();
-        st.populated = true;
+        st.sync.populated = true;
         self.queue_action(&mut st, DeltaType::Updated, DeltaObject::Object(obj));
     }
 
     fn delete(&self, obj: ObjectRef) {
         let mut st = self.state.lock();
-        st.populated = true;
+        st.sync.populated = true;
         // A delete of a key that is neither cached nor queued was already
         // reported (presumably by a relist): do not report it twice. Like
         // client-go, this is decided before the transform runs.
@@ -244,10 +310,7 @@ impl Queue for DeltaFifo {
             let t = DeletedObject::FinalStateUnknown { key: key.into(), obj };
             self.queue_action(&mut st, DeltaType::Deleted, DeltaObject::Tombstone(t));
         }
-        if !st.populated {
-            st.populated = true;
-            st.initial_population_count = keys.len() + queued_deletions;
-        }
+        st.sync.replaced(keys.len() + queued_deletions);
     }
 
     fn resync(&self) {
@@ -263,41 +326,23 @@ impl Queue for DeltaFifo {
     }
 
     async fn pop(&self) -> Option<Popped> {
-        loop {
-            let notified = self.notify.notified();
-            {
-                let mut st = self.state.lock();
-                if let Some(p) = pop_locked(&mut st) {
-                    return Some(p);
-                }
-                if st.closed {
-                    return None;
-                }
-            }
-            notified.await;
-        }
+        pop_waiting(&self.state, &self.notify).await
     }
 
     fn try_pop(&self) -> Option<Popped> {
-        pop_locked(&mut self.state.lock())
+        self.state.lock().pop()
     }
 
     fn done(&self, popped_was_initial: bool) {
-        let mut st = self.state.lock();
-        if popped_was_initial && st.initial_population_count > 0 {
-            st.initial_population_count -= 1;
-        }
+        self.state.lock().sync.done(popped_was_initial);
     }
 
     fn has_synced(&self) -> bool {
-        let st = self.state.lock();
-        st.populated && st.initial_population_count == 0
+        self.state.lock().sync.has_synced()
     }
 
     fn close(&self) {
-        self.state.lock().closed = true;
-        self.notify.notify_waiters();
-        self.notify.notify_one();
+        close(&self.state, &self.notify);
     }
 }
 

@@ -16,17 +16,27 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::delta_fifo::{Delta, DeltaObject, DeltaType, Popped, Queue, TransformFunc};
+use super::delta_fifo::{
+    Delta, DeltaObject, DeltaType, FifoState, Popped, Population, Queue, TransformFunc, close, pop_waiting,
+};
 use super::object::{DeletedObject, ObjectRef};
 use super::store::Indexer;
 
 #[derive(Default)]
 struct State {
     items: VecDeque<Delta>,
-    populated: bool,
-    /// Items of the first replace not yet processed.
-    initial_population_count: usize,
-    closed: bool,
+    sync: Population,
+}
+
+impl FifoState for State {
+    fn population(&mut self) -> &mut Population {
+        &mut self.sync
+    }
+    fn pop(&mut self) -> Option<Popped> {
+        let is_in_initial_list = self.sync.is_in_initial_list();
+        let d = self.items.pop_front()?;
+        Some(Popped { key: key_of(&d).into(), deltas: vec![d], is_in_initial_list })
+    }
 }
 
 /// client-go's `RealFIFO`.
@@ -62,7 +72,7 @@ impl RealFifo {
             None => obj,
         };
         let mut st = self.state.lock();
-        st.populated = true;
+        st.sync.populated = true;
         self.push(&mut st, kind, DeltaObject::Object(obj));
     }
 
@@ -73,12 +83,6 @@ impl RealFifo {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-fn pop_locked(st: &mut State) -> Option<Popped> {
-    let is_in_initial_list = !(st.populated && st.initial_population_count == 0);
-    let d = st.items.pop_front()?;
-    Some(Popped { key: key_of(&d).into(), deltas: vec![d], is_in_initial_list })
 }
 
 impl Queue for RealFifo {
@@ -136,10 +140,8 @@ impl Queue for RealFifo {
         for obj in list {
             self.push(&mut st, DeltaType::Replaced, DeltaObject::Object(obj));
         }
-        if !st.populated {
-            st.populated = true;
-            st.initial_population_count = st.items.len();
-        }
+        let queued = st.items.len();
+        st.sync.replaced(queued);
     }
 
     fn resync(&self) {
@@ -156,41 +158,23 @@ impl Queue for RealFifo {
     }
 
     async fn pop(&self) -> Option<Popped> {
-        loop {
-            let notified = self.notify.notified();
-            {
-                let mut st = self.state.lock();
-                if let Some(p) = pop_locked(&mut st) {
-                    return Some(p);
-                }
-                if st.closed {
-                    return None;
-                }
-            }
-            notified.await;
-        }
+        pop_waiting(&self.state, &self.notify).await
     }
 
     fn try_pop(&self) -> Option<Popped> {
-        pop_locked(&mut self.state.lock())
+        self.state.lock().pop()
     }
 
     fn done(&self, popped_was_initial: bool) {
-        let mut st = self.state.lock();
-        if popped_was_initial && st.initial_population_count > 0 {
-            st.initial_population_count -= 1;
-        }
+        self.state.lock().sync.done(popped_was_initial);
     }
 
     fn has_synced(&self) -> bool {
-        let st = self.state.lock();
-        st.populated && st.initial_population_count == 0
+        self.state.lock().sync.has_synced()
     }
 
     fn close(&self) {
-        self.state.lock().closed = true;
-        self.notify.notify_waiters();
-        self.notify.notify_one();
+        close(&self.state, &self.notify);
     }
 }
 

@@ -238,12 +238,17 @@ async fn bookmarks_advance_last_sync_resource_version() {
 
 /// A watch that comes back after history was compacted gets `410 Gone`; the
 /// informer relists, and an object deleted meanwhile arrives as a tombstone.
-async fn gone_forces_relist_with_tombstone(style: GoneStyle) {
+/// A change and a delete missed while the watch was held, then compaction:
+/// the informer relists (by paged lists, or by watch-lists). Returns once
+/// the handler has its six notifications, with the server and `b` as it
+/// was created.
+async fn missed_changes_then_relist(style: GoneStyle, watch_list: bool) -> (Harness, ApiServer, Value) {
     let server = ApiServer::start().await;
     server.set_gone_style(style);
     server.create(config_map("ns", "a", &[], &[("k", "1")])).unwrap();
     let b = server.create(config_map("ns", "b", &[], &[("k", "2")])).unwrap();
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    let options = KubeSourceOptions { watch_list, ..KubeSourceOptions::default() };
+    let h = Harness::synced(&server, config_maps(), options).await;
     server.create(config_map("ns", "c", &[], &[])).unwrap();
     h.wait_for(3).await;
 
@@ -256,11 +261,15 @@ async fn gone_forces_relist_with_tombstone(style: GoneStyle) {
     server.delete_config_map("ns", "b").unwrap();
     server.compact();
     server.release_watches();
+    h.wait_for(6).await;
+    (h, server, b)
+}
 
+async fn gone_forces_relist_with_tombstone(style: GoneStyle) {
+    let (h, server, b) = missed_changes_then_relist(style, false).await;
     // As in client-go, a handler without resync still gets an update for an
     // unchanged object on relist: a new listener counts as syncing until the
     // first resync check, and an informer without resync never checks.
-    h.wait_for(6).await;
     assert_eq!(
         h.rec.lines(),
         [
@@ -780,25 +789,10 @@ async fn a_namespace_on_a_cluster_scoped_kind_is_a_clear_error() {
     assert!(e.contains("Namespace is cluster-scoped; an informer of it cannot have a namespace"), "{e}");
 }
 
-/// The relist scenario of `gone_forces_relist_with_tombstone` (a change
-/// and a delete missed while the watch was held, then compaction), with
-/// paged lists or with watch-lists; the handler's notifications.
+/// The relist scenario of `gone_forces_relist_with_tombstone`, then one
+/// more change; the handler's notifications.
 async fn relist_through(watch_list: bool) -> (Vec<String>, ApiServer) {
-    let server = ApiServer::start().await;
-    server.create(config_map("ns", "a", &[], &[("k", "1")])).unwrap();
-    server.create(config_map("ns", "b", &[], &[("k", "2")])).unwrap();
-    let options = KubeSourceOptions { watch_list, ..KubeSourceOptions::default() };
-    let h = Harness::synced(&server, config_maps(), options).await;
-    server.create(config_map("ns", "c", &[], &[])).unwrap();
-    h.wait_for(3).await;
-    server.hold_watches();
-    assert_eq!(server.drop_watches(), 1);
-    eventually("the held watch", || server.watches().len() == 2).await;
-    server.update(config_map("ns", "a", &[], &[("k", "changed")])).unwrap();
-    server.delete_config_map("ns", "b").unwrap();
-    server.compact();
-    server.release_watches();
-    h.wait_for(6).await;
+    let (h, server, _) = missed_changes_then_relist(GoneStyle::HttpStatus, watch_list).await;
     server.create(config_map("ns", "d", &[], &[])).unwrap();
     h.wait_for(7).await;
     assert_eq!(h.keys(), ["ns/a", "ns/c", "ns/d"]);

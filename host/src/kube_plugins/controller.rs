@@ -148,7 +148,10 @@ impl PluginResources {
             let resource = KubeResource::new(api_version, kind).with_plural(plural);
             SharedIndexInformer::new(
                 KubeSource::new(client.clone(), &resource, opts),
-                InformerOptions { name: name.into(), ..Default::default() },
+                // The resync check runs at the Plugins' resync: without it
+                // (a zero default) no handler's resync would ever fire, and
+                // status counters would never be refreshed.
+                InformerOptions { name: name.into(), default_resync_period: options.resync, ..Default::default() },
             )
         };
         let gv = format!("{GROUP}/{VERSION}");
@@ -391,10 +394,11 @@ impl PluginResources {
         match self.apply(key, &plugin, &effective, fetched).await {
             Ok(name) => {
                 let report = self.running(&plugin, &name);
-                let synced = report.synced.status == "True";
+                // Synced and an empty queue are observed, not notified: look
+                // again soon until both hold (then at the resync).
+                let settled = report.synced.status == "True" && report.counters.as_ref().is_none_or(|c| c.pending == 0);
                 self.write_status(&plugin, report).await;
-                // Synced is observed, not notified: look again soon.
-                if synced { Next::Done } else { Next::After(Duration::from_secs(1)) }
+                if settled { Next::Done } else { Next::After(Duration::from_secs(1)) }
             }
             Err((refusal, retry)) => {
                 self.write_status(&plugin, self.failed(key, &plugin, &refusal)).await;
@@ -823,6 +827,12 @@ impl PluginResources {
     }
 
     async fn write_status(&self, plugin: &Plugin, report: Report) {
+        // A replica stopping (its plugins going to others) writes no more:
+        // a load that failed because its informers stopped is not news, and
+        // would overwrite the status of the replica that runs it now.
+        if self.stop.is_cancelled() {
+            return;
+        }
         let new = status::build(plugin.status.as_ref(), &report);
         if !status::changed(plugin.status.as_ref(), &new) {
             return;

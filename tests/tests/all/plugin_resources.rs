@@ -67,6 +67,8 @@ async fn cluster_pulling(oci: Option<Arc<OciPuller>>) -> Cluster {
         identity: "replica-0".into(),
         log_sink: Some(log.sink()),
         oci,
+        // Status counters are refreshed at the resync.
+        resync: Duration::from_secs(2),
         ..PluginResourcesOptions::default()
     };
     let resources = PluginResources::start(client.clone(), registry.clone(), options, stop.clone());

@@ -209,9 +209,10 @@ async fn a_plugin_resource_loads_reports_its_status_swaps_without_loss_and_unloa
 
     // Deleting it unloads it and stops the informer it alone used.
     c.plugins().delete("rec", &DeleteParams::default()).await.unwrap();
-    c.until("unloaded", |c| c.registry.list().is_empty()).await;
-    assert!(c.resources.loaded().is_empty());
-    assert!(c.registry.informers().is_empty(), "the watch informer is stopped and forgotten");
+    c.until("unloaded, the watch informer stopped and forgotten", |c| {
+        c.registry.list().is_empty() && c.resources.loaded().is_empty() && c.registry.informers().is_empty()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -649,8 +650,12 @@ async fn a_controller_plugin_from_a_registry_writes_in_its_namespace_as_its_serv
 
     // Deleting it stops it: a change now is not acted on.
     c.plugins().delete("reloader", &DeleteParams::default()).await.unwrap();
-    c.until("unloaded", |c| c.resources.loaded().is_empty()).await;
-    assert!(c.registry.informers().is_empty(), "its informers are stopped and forgotten");
+    // Unloading drains the runner before it releases the informers, so
+    // `loaded()` empties first: wait for both.
+    c.until("unloaded, its informers stopped and forgotten", |c| {
+        c.resources.loaded().is_empty() && c.registry.informers().is_empty()
+    })
+    .await;
     c.server.update(config_map(NS, "web-config", &[], &[("A", "4")])).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = c.server.writes().iter().filter(|r| r.method == "PATCH" && r.path.contains("/deployments/")).count();

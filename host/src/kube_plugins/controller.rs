@@ -559,18 +559,13 @@ impl PluginResources {
             };
             watches.push(self.acquire_watch(&namespace, &spec));
         }
-        let prepared = self.prepare_controller(&name, plugin, effective, controller, &watches, &fetched).await;
+        let digest = fetched.digest.clone();
+        let prepared = self.prepare_controller(&name, plugin, effective, controller, &watches, fetched).await;
         match prepared {
             Ok(mut runner) => {
                 runner.run();
-                tracing::info!(plugin = %name, digest = %fetched.digest, workers = controller.max_concurrent_reconciles, "controller loaded");
-                let l = Loaded {
-                    registry_name: name.clone(),
-                    settings,
-                    digest: fetched.digest,
-                    watches,
-                    runner: Some(runner),
-                };
+                tracing::info!(plugin = %name, %digest, workers = controller.max_concurrent_reconciles, "controller loaded");
+                let l = Loaded { registry_name: name.clone(), settings, digest, watches, runner: Some(runner) };
                 self.loaded.lock().insert(key.to_string(), l);
                 Ok(name)
             }
@@ -595,8 +590,9 @@ impl PluginResources {
         else {
             return Err((Refusal { reason: "SwapFailed", message: "not running".into() }, true));
         };
+        let digest = fetched.digest.clone();
         let mut next = self
-            .prepare_controller(&name, plugin, effective, controller, &watches, &fetched)
+            .prepare_controller(&name, plugin, effective, controller, &watches, fetched)
             .await
             .map_err(|r| (Refusal { reason: "SwapFailed", message: r.message }, false))?;
         let old = self.loaded.lock().get_mut(key).and_then(|l| l.runner.take());
@@ -605,9 +601,9 @@ impl PluginResources {
         } else {
             next.run();
         }
-        tracing::info!(plugin = %name, digest = %fetched.digest, "swapped to a new version");
+        tracing::info!(plugin = %name, %digest, "swapped to a new version");
         if let Some(l) = self.loaded.lock().get_mut(key) {
-            l.digest = fetched.digest;
+            l.digest = digest;
             l.runner = Some(next);
         }
         Ok(())
@@ -620,7 +616,7 @@ impl PluginResources {
         effective: &Effective,
         controller: &ControllerSettings,
         watches: &[String],
-        fetched: &Fetched,
+        fetched: Fetched,
     ) -> Result<ControllerRunner, Refusal> {
         let not_loaded = |message: String| Refusal { reason: "LoadFailed", message };
         let informers = watches
@@ -630,7 +626,8 @@ impl PluginResources {
         let (runtime, writer) = (self.registry.runtime().clone(), self.writer.clone());
         let (name, namespace) = (name.to_string(), plugin.namespace().unwrap_or_default());
         let (kind, effective, controller) = (plugin.spec.watch.kind.clone(), effective.clone(), controller.clone());
-        let (bytes, origin, log_sink) = (fetched.bytes.clone(), fetched.origin.clone(), self.options.log_sink.clone());
+        let Fetched { bytes, origin, .. } = fetched;
+        let log_sink = self.options.log_sink.clone();
         let handle = tokio::runtime::Handle::current();
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
@@ -751,10 +748,14 @@ impl PluginResources {
     }
 
     fn running(&self, plugin: &Plugin, name: &str) -> Report {
-        let digest = self.loaded.lock().values().find(|l| l.registry_name == name).map(|l| l.digest.clone());
-        if let Some(report) = self.running_controller(plugin, name, digest.as_deref()) {
-            return report;
-        }
+        let digest = {
+            let loaded = self.loaded.lock();
+            let l = loaded.values().find(|l| l.registry_name == name);
+            if let Some(runner) = l.and_then(|l| l.runner.as_ref()) {
+                return self.running_controller(plugin, runner, l.map(|l| l.digest.as_str()));
+            }
+            l.map(|l| l.digest.clone())
+        };
         let st = self.registry.get(name);
         let (synced, degraded, counters) = match &st {
             Some(s) => (
@@ -793,13 +794,11 @@ impl PluginResources {
     /// The report of a running controller: synced once its handlers
     /// delivered their informers' caches; its reconciles and writes as
     /// counters.
-    fn running_controller(&self, plugin: &Plugin, name: &str, digest: Option<&str>) -> Option<Report> {
-        let loaded = self.loaded.lock();
-        let runner = loaded.values().find(|l| l.registry_name == name)?.runner.as_ref()?;
+    fn running_controller(&self, plugin: &Plugin, runner: &ControllerRunner, digest: Option<&str>) -> Report {
         let (stats, writes) = (runner.stats(), &runner.guard().stats);
         let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         let (failed, trapped) = (n(&stats.failed), n(&stats.trapped));
-        Some(Report {
+        Report {
             generation: plugin.metadata.generation,
             ready: Observed::yes("Loaded", format!("running {}", digest.unwrap_or("?"))),
             synced: if runner.has_synced() {
@@ -823,7 +822,7 @@ impl PluginResources {
                 writes: Some(n(&writes.succeeded)),
                 refused_writes: Some(n(&writes.refused)),
             }),
-        })
+        }
     }
 
     async fn write_status(&self, plugin: &Plugin, report: Report) {

@@ -84,8 +84,11 @@ pub struct ControllerSpec {
     #[schemars(length(min = 1, max = 63))]
     pub store: String,
     /// Other resources whose changes enqueue keys of `watch`'s objects
-    /// (controller-runtime's `Owns`/`Watches`).
+    /// (controller-runtime's `Owns`/`Watches`). Each is an informer of the
+    /// plugin's namespace, so their number is capped by the TenantPolicy's
+    /// `maxWatches`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     pub watches: Vec<SecondaryWatch>,
     /// What it may write, each within one of its TenantPolicy's
     /// `allowedWriteRules`; none: it writes nothing.
@@ -350,6 +353,11 @@ pub struct TenantPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_concurrent_reconciles: Option<u32>,
+    /// Cap on the number of a controller's `watches` (default 4): each
+    /// starts an informer, a list and a watch on the API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 32))]
+    pub max_watches: Option<u32>,
     /// Cap on `writesPerSecond` (client-go's 5 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]

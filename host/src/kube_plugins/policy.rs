@@ -67,6 +67,11 @@ pub struct ControllerSettings {
 /// client-go's default QPS, the writes per second when nothing says more.
 const DEFAULT_WRITES_PER_SECOND: u32 = 5;
 
+/// Secondary watches a controller may have when its policy says nothing:
+/// each is an informer (a list and a watch on the API server), so a plugin
+/// must not be able to start them without bound.
+const DEFAULT_MAX_WATCHES: u32 = 4;
+
 /// The policy whose namespaces (by name or labels) include `namespace`.
 /// None matching, or more than one, is a refusal: which caps would apply
 /// must never depend on the order policies were seen.
@@ -217,11 +222,23 @@ pub fn admit(
     })
 }
 
-/// Checks a controller's settings against the policy: every write rule
-/// within an allowed one, workers and writes per second under the caps.
+/// Checks a controller's settings against the policy: no more watches than
+/// it allows, every write rule within an allowed one, workers and writes
+/// per second under the caps.
 fn admit_controller(c: &ControllerSpec, namespace: &str, policy: &TenantPolicy) -> Result<ControllerSettings, Refusal> {
     let cap = &policy.spec;
     let pname = name_of(policy);
+    let watches_cap = cap.max_watches.unwrap_or(DEFAULT_MAX_WATCHES);
+    if c.watches.len() > watches_cap as usize {
+        return Err(Refusal::new(
+            "OverTenantPolicy",
+            format!(
+                "spec.controller.watches has {} entries; TenantPolicy {pname:?} allows {watches_cap} (maxWatches): \
+                 each is an informer on the API server",
+                c.watches.len()
+            ),
+        ));
+    }
     let mut stores = vec![c.store.as_str()];
     for (i, w) in c.watches.iter().enumerate() {
         if stores.contains(&w.store.as_str()) {
@@ -583,6 +600,38 @@ mod tests {
         s.controller.as_mut().unwrap().watches = vec![watch("configmaps", MappedBy::Label, None)];
         let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
         assert!(r.message.contains("mappedBy Label needs the label"), "{r}");
+    }
+
+    #[test]
+    fn a_controller_may_not_start_more_informers_than_its_policy_allows() {
+        let mut s = controller(vec![]);
+        let watch = |i: usize| SecondaryWatch {
+            store: format!("s{i}"),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            label_selector: Some(format!("n={i}")),
+            mapped_by: MappedBy::Map,
+            label: None,
+        };
+        s.controller.as_mut().unwrap().watches = (0..4).map(watch).collect();
+        admit(&s, "team-a", &team_a(), &Limits::default()).expect("four watches by default");
+        // A hostile plugin asking for many informers is refused before any
+        // of them is started.
+        s.controller.as_mut().unwrap().watches = (0..32).map(watch).collect();
+        let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
+        assert_eq!(r.reason, "OverTenantPolicy");
+        assert_eq!(
+            r.message,
+            "spec.controller.watches has 32 entries; TenantPolicy \"team-a\" allows 4 (maxWatches): \
+             each is an informer on the API server"
+        );
+        let mut policy = team_a();
+        policy.spec.max_watches = Some(32);
+        admit(&s, "team-a", &policy, &Limits::default()).expect("within a raised cap");
+        policy.spec.max_watches = Some(0);
+        s.controller.as_mut().unwrap().watches = vec![watch(0)];
+        let r = admit(&s, "team-a", &policy, &Limits::default()).unwrap_err();
+        assert!(r.message.contains("allows 0 (maxWatches)"), "{r}");
     }
 
     #[test]

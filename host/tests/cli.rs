@@ -787,6 +787,17 @@ fn serve_fake(
         );
         return;
     }
+    if target.contains("sendInitialEvents=true") {
+        // A server with the WatchList feature gate off refuses a watch-list
+        // (apimachinery's ValidateListOptions); the host lists instead.
+        let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled","reason":"Invalid","code":422}"#;
+        let _ = write!(
+            conn,
+            "HTTP/1.1 422 Unprocessable Entity\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return;
+    }
     if target.contains("watch=true") || target.contains("watch=1") {
         let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n");
         if watches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {

@@ -322,7 +322,8 @@ pub struct KubeConfig {
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
-    /// List by watch-list (`sendInitialEvents`) rather than paged lists.
+    /// List by watch-list (`sendInitialEvents`) rather than paged lists
+    /// (default true, as client-go ≥ 1.35).
     pub watch_list: bool,
 }
 
@@ -1103,13 +1104,8 @@ impl<'a> Cx<'a> {
                         }
                     }
                 }
-                let version = version.unwrap_or_else(|| {
-                    self.error(
-                        r.source.span(),
-                        "source = \"kube\" needs `version` (and `group` unless core) or `api_version`",
-                    );
-                    String::new()
-                });
+                // No version: the group's preferred version, by discovery.
+                let version = version.unwrap_or_default();
                 if r.kind.is_none() {
                     self.error(
                         r.source.span(),
@@ -1124,7 +1120,7 @@ impl<'a> Cx<'a> {
                     namespace: opt(&r.namespace),
                     label_selector: opt(&r.label_selector),
                     field_selector: opt(&r.field_selector),
-                    watch_list: r.watch_list.as_ref().is_some_and(|w| *w.get_ref()),
+                    watch_list: r.watch_list.as_ref().is_none_or(|w| *w.get_ref()),
                 })
             }
             other => {
@@ -1851,6 +1847,16 @@ resource = "pods"
     }
 
     #[test]
+    fn kube_without_a_version_leaves_it_to_discovery() {
+        let f = Fixture::new();
+        let c = f
+            .parse("[[informer]]\nname = \"d\"\nsource = \"kube\"\ngroup = \"apps\"\nkind = \"Deployment\"\n")
+            .unwrap();
+        let SourceConfig::Kube(k) = &c.informers[0].source else { panic!() };
+        assert_eq!((k.group.as_str(), k.version.as_str(), k.kind.as_str()), ("apps", "", "Deployment"));
+    }
+
+    #[test]
     fn empty_config_is_valid() {
         let f = Fixture::new();
         let c = f.parse("").unwrap();
@@ -2061,11 +2067,14 @@ informer = "x"
     #[test]
     fn watch_list_is_a_kube_informer_setting() {
         let f = Fixture::new();
-        let kube =
-            "[[informer]]\nname = \"a\"\nsource = \"kube\"\napi_version = \"v1\"\nkind = \"Pod\"\nwatch_list = true\n";
-        let c = Config::parse(kube, "host.toml", f.dir.path()).unwrap();
-        let SourceConfig::Kube(k) = &c.informers[0].source else { panic!("kube") };
-        assert!(k.watch_list);
+        let kube = "[[informer]]\nname = \"a\"\nsource = \"kube\"\napi_version = \"v1\"\nkind = \"Pod\"\n";
+        let watch_list = |extra: &str| {
+            let c = Config::parse(&format!("{kube}{extra}"), "host.toml", f.dir.path()).unwrap();
+            let SourceConfig::Kube(k) = &c.informers[0].source else { panic!("kube") };
+            k.watch_list
+        };
+        assert!(watch_list(""), "on by default, as client-go >= 1.35");
+        assert!(!watch_list("watch_list = false\n"));
         let e =
             f.errors("[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\nwatch_list = true\n");
         assert!(e[0].starts_with("host.toml:5:14: `watch_list` is only valid with source = \"kube\""), "{e:?}");

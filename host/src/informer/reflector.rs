@@ -120,7 +120,7 @@ pub(crate) struct Reflector<Q: Queue> {
     pub last_sync_resource_version: Arc<Mutex<String>>,
     pub on_error: WatchErrorHandler,
     pub stats: Arc<ReflectorStats>,
-    /// Set once the source's watch-list failed: it lists from then on.
+    /// Set once the server refused the source's watch-list: it lists from then on.
     pub watch_list_failed: std::sync::atomic::AtomicBool,
 }
 
@@ -226,16 +226,22 @@ impl<Q: Queue + 'static> Reflector<Q> {
             return None;
         }
         let opened = self.lw.watch_list()?.await;
-        let failed = |e: &dyn std::fmt::Display| {
-            // Once refused, lists from now on: a server without watch-list
-            // would refuse every relist's attempt too.
-            self.watch_list_failed.store(true, Ordering::Relaxed);
-            tracing::warn!(informer = %self.name, "watch-list failed, listing instead from now on: {e}");
+        let failed = |e: &dyn std::fmt::Display, refused: bool| {
+            if refused {
+                // Refused by the server: lists from now on, as a server
+                // without watch-list would refuse every relist's attempt.
+                self.watch_list_failed.store(true, Ordering::Relaxed);
+                tracing::warn!(informer = %self.name, "watch-list refused, listing instead from now on: {e}");
+            } else {
+                // A connection refused, a 429: this attempt lists; the
+                // next relist tries watch-list again.
+                tracing::info!(informer = %self.name, "watch-list failed, listing instead this time: {e}");
+            }
             None
         };
         let mut stream = match opened {
             Ok(s) => s,
-            Err(e) => return failed(&e),
+            Err(e) => return failed(&e, !e.is_retriable()),
         };
         // Keyed, in arrival order: an object changed before the end is
         // listed once, in its latest state.
@@ -260,11 +266,14 @@ impl<Q: Queue + 'static> Reflector<Q> {
                     return Some((ListResult { items: order, resource_version }, stream));
                 }
                 Ok(WatchEvent::Bookmark { .. }) => {}
-                Err(e) => return failed(&e),
+                Err(e) => return failed(&e, !e.is_retriable()),
             }
             tokio::task::coop::consume_budget().await;
         }
-        failed(&"the stream ended before the initial-events-end bookmark")
+        // Refused, too: a server that ignores `sendInitialEvents` streams
+        // no bookmark and ends the watch only at its timeout, minutes on;
+        // asking again at every relist would wait that long each time.
+        failed(&"the stream ended before the initial-events-end bookmark", true)
     }
 
     async fn list_and_watch(&self, backoff: &mut dyn Backoff) -> Next {

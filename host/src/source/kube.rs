@@ -8,11 +8,17 @@
 //!
 //! - **discovery**: [`KubeSource::discovered`] asks the server's discovery
 //!   document for the kind's group and version (kube's `pinned_kind`)
-//!   before the first list, for the plural and the scope; a kind the server
+//!   before the first list, for the plural and the scope (without a
+//!   version, [`KubeResource::preferred`], the group's preferred version
+//!   serving the kind, else the first other one, as client-go's
+//!   `DiscoveryRESTMapper` picks); a kind the server
 //!   does not serve fails the list with what it serves instead, and the
 //!   reflector's list backoff asks again (a CRD installed later is found).
 //!   A configured plural, or [`KubeSource::new`] (plural guessed from the
 //!   kind), skips it.
+//! - **watch-list** (the default, as client-go ≥ 1.35): the initial list
+//!   and relists are a watch with `sendInitialEvents=true`; the reflector
+//!   falls back to a paged list when the server refuses it.
 //! - **list**: `ListParams` with kube-runtime's defaults (pages of 500,
 //!   [`ListSemantic::MostRecent`]), following `continue` tokens; when a token
 //!   expires (`410`) it restarts with one unpaged list, as client-go's pager
@@ -88,12 +94,14 @@ pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// A resource type to list and watch: group, version, kind, and optionally
 /// the plural used in URLs (guessed from the kind when absent, as
-/// [`ApiResource::from_gvk`] does).
+/// [`ApiResource::from_gvk`] does). An empty version asks discovery for the
+/// group's preferred version serving the kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeResource {
     /// API group; empty for the core group.
     pub group: String,
-    /// API version within the group, e.g. `v1`.
+    /// API version within the group, e.g. `v1`; empty: the version the
+    /// server prefers among those serving the kind (needs discovery).
     pub version: String,
     /// The kind, e.g. `ConfigMap`.
     pub kind: String,
@@ -122,9 +130,21 @@ impl KubeResource {
         self
     }
 
-    /// `v1` or `group/version`.
+    /// The kind in a group at the version the server prefers (kubectl's
+    /// and client-go's RESTMapper choice): found by discovery.
+    pub fn preferred(group: &str, kind: &str) -> Self {
+        KubeResource { group: group.into(), version: String::new(), kind: kind.into(), plural: None }
+    }
+
+    /// `v1` or `group/version`; the group alone (`core` for the core group)
+    /// when the version is left to discovery.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        match (self.group.is_empty(), self.version.is_empty()) {
+            (true, true) => "core".into(),
+            (false, true) => self.group.clone(),
+            (true, false) => self.version.clone(),
+            (false, false) => format!("{}/{}", self.group, self.version),
+        }
     }
 
     /// The `ApiResource` that `Api<DynamicObject>` needs.
@@ -164,8 +184,8 @@ pub struct KubeSourceOptions {
     /// List by watch-list (`sendInitialEvents=true`: the state streamed as
     /// `ADDED` events up to a bookmark annotated `k8s.io/initial-events-end`)
     /// rather than by paged lists; the reflector falls back to paged lists
-    /// if the server refuses it. Default false (paged lists; client-go ≥
-    /// 1.35 defaults to watch-list).
+    /// if the server refuses it. Default true, as client-go ≥ 1.35; false:
+    /// paged lists of `page_size`.
     pub watch_list: bool,
 }
 
@@ -179,7 +199,7 @@ impl Default for KubeSourceOptions {
             list_semantic: ListSemantic::MostRecent,
             watch_timeout: None,
             bookmarks: true,
-            watch_list: false,
+            watch_list: true,
         }
     }
 }
@@ -208,6 +228,11 @@ impl KubeSourceOptions {
     /// Sets the server-side watch timeout in seconds.
     pub fn watch_timeout(mut self, seconds: u32) -> Self {
         self.watch_timeout = Some(seconds);
+        self
+    }
+    /// Lists by watch-list (`true`, the default) or by paged lists.
+    pub fn watch_list(mut self, watch_list: bool) -> Self {
+        self.watch_list = watch_list;
         self
     }
 }
@@ -293,6 +318,8 @@ pub struct KubeSource {
 struct Resolved {
     resource: ApiResource,
     request: Request,
+    /// The resolved `apiVersion` (spliced into list items lacking it).
+    meta: Arc<Meta>,
 }
 
 impl Resolved {
@@ -301,18 +328,48 @@ impl Resolved {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),
         };
-        Resolved { request: Request::new(api.resource_url()), resource: ar }
+        let meta = Meta {
+            describe: describe(&format!("{}/{}", ar.api_version, ar.kind), options),
+            api_version: ar.api_version.clone(),
+            kind: ar.kind.clone(),
+        };
+        Resolved { request: Request::new(api.resource_url()), resource: ar, meta: Arc::new(meta) }
     }
+}
+
+/// The kinds of a discovery resource list (subresources left out).
+fn resource_kinds(resources: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource>) -> Vec<String> {
+    resources.into_iter().filter(|r| !r.name.contains('/')).map(|r| r.kind).collect()
+}
+
+/// `apps/v1/Deployment in namespace shop, labels "app=web"`: how logs and
+/// errors name a source.
+fn describe(resource: &str, options: &KubeSourceOptions) -> String {
+    let mut describe = resource.to_string();
+    match &options.namespace {
+        Some(ns) => describe.push_str(&format!(" in namespace {ns}")),
+        None => describe.push_str(" in all namespaces"),
+    }
+    if let Some(l) = &options.label_selector {
+        describe.push_str(&format!(", labels {l:?}"));
+    }
+    if let Some(f) = &options.field_selector {
+        describe.push_str(&format!(", fields {f:?}"));
+    }
+    describe
 }
 
 impl KubeSource {
     /// A source for `resource` over an existing client, its plural given
     /// or guessed from the kind as [`ApiResource::from_gvk`] does (no
     /// discovery request).
+    /// A resource without a version is still found by discovery.
     pub fn new(client: Client, resource: &KubeResource, options: KubeSourceOptions) -> Self {
         let source = Self::discovered(client, resource, options);
-        let resolved = Resolved::new(&source.client, resource.api_resource(), &source.options);
-        let _ = source.resolved.set(resolved);
+        if !resource.version.is_empty() {
+            let resolved = Resolved::new(&source.client, resource.api_resource(), &source.options);
+            let _ = source.resolved.set(resolved);
+        }
         source
     }
 
@@ -322,23 +379,16 @@ impl KubeSource {
     /// skips discovery. A kind the server does not serve fails the list
     /// with an error naming what the server offers, and the reflector
     /// retries with backoff: an informer whose CustomResourceDefinition is
-    /// installed later starts when it appears.
+    /// installed later starts when it appears. Without a version, the
+    /// group's preferred version serving the kind is used, else the first
+    /// other version that does (client-go's `DiscoveryRESTMapper` order),
+    /// and a configured plural still needs that discovery.
     pub fn discovered(client: Client, resource: &KubeResource, options: KubeSourceOptions) -> Self {
-        let mut describe = format!("{}/{}", resource.api_version(), resource.kind);
-        match &options.namespace {
-            Some(ns) => describe.push_str(&format!(" in namespace {ns}")),
-            None => describe.push_str(" in all namespaces"),
-        }
-        if let Some(l) = &options.label_selector {
-            describe.push_str(&format!(", labels {l:?}"));
-        }
-        if let Some(f) = &options.field_selector {
-            describe.push_str(&format!(", fields {f:?}"));
-        }
+        let describe = describe(&format!("{}/{}", resource.api_version(), resource.kind), &options);
         let meta = Arc::new(Meta { describe, api_version: resource.api_version(), kind: resource.kind.clone() });
         let source =
             KubeSource { client, wanted: resource.clone(), resolved: tokio::sync::OnceCell::new(), options, meta };
-        if resource.plural.is_some() {
+        if resource.plural.is_some() && !resource.version.is_empty() {
             let resolved = Resolved::new(&source.client, resource.api_resource(), &source.options);
             let _ = source.resolved.set(resolved);
         }
@@ -352,16 +402,24 @@ impl KubeSource {
 
     async fn discover(&self) -> Result<Resolved, SourceError> {
         let w = &self.wanted;
-        let gvk = GroupVersionKind::gvk(&w.group, &w.version, &w.kind);
-        match ::kube::discovery::pinned_kind(&self.client, &gvk).await {
-            Ok((ar, caps)) => {
+        let found = if w.version.is_empty() {
+            self.preferred_kind().await
+        } else {
+            let gvk = GroupVersionKind::gvk(&w.group, &w.version, &w.kind);
+            ::kube::discovery::pinned_kind(&self.client, &gvk).await
+        };
+        match found {
+            Ok((mut ar, caps)) => {
+                if let Some(plural) = &w.plural {
+                    ar.plural = plural.clone();
+                }
                 if caps.scope == ::kube::discovery::Scope::Cluster && self.options.namespace.is_some() {
                     return Err(SourceError::Other(format!(
                         "{}: {} is cluster-scoped; an informer of it cannot have a namespace",
                         self.meta.describe, w.kind
                     )));
                 }
-                tracing::debug!(source = %self.meta.describe, plural = %ar.plural, "resolved by discovery");
+                tracing::debug!(source = %self.meta.describe, version = %ar.version, plural = %ar.plural, "resolved by discovery");
                 Ok(Resolved::new(&self.client, ar, &self.options))
             }
             Err(::kube::Error::Discovery(_)) => Err(self.not_served().await),
@@ -370,20 +428,42 @@ impl KubeSource {
         }
     }
 
+    /// The kind in the wanted group at the preferred version, else at the
+    /// first other version serving it.
+    async fn preferred_kind(&self) -> ::kube::Result<(ApiResource, ::kube::discovery::ApiCapabilities)> {
+        let w = &self.wanted;
+        let group = ::kube::discovery::group(&self.client, &w.group).await?;
+        let preferred = group.preferred_version_or_latest();
+        std::iter::once(preferred)
+            .chain(group.versions().filter(|v| *v != preferred))
+            .find_map(|v| group.versioned_resources(v).into_iter().find(|(ar, _)| ar.kind == w.kind))
+            .ok_or_else(|| {
+                ::kube::Error::Discovery(::kube::error::DiscoveryError::MissingKind(format!("{}/{}", w.group, w.kind)))
+            })
+    }
+
     /// The error for a kind the server does not serve: what it serves
-    /// instead, in that group and version, or which groups it has.
+    /// instead, in that group and version (the preferred one when none was
+    /// given), or which groups it has.
     async fn not_served(&self) -> SourceError {
         let w = &self.wanted;
-        let api_version = w.api_version();
-        let offered = if w.group.is_empty() {
-            self.client.list_core_api_resources(&w.version).await.map(|l| l.resources)
+        let mut api_version = w.api_version();
+        let offered = if w.version.is_empty() {
+            match ::kube::discovery::group(&self.client, &w.group).await {
+                Ok(group) => {
+                    let version = group.preferred_version_or_latest().to_string();
+                    api_version = if w.group.is_empty() { version.clone() } else { format!("{}/{version}", w.group) };
+                    Ok(group.versioned_resources(&version).into_iter().map(|(ar, _)| ar.kind).collect())
+                }
+                Err(e) => Err(e),
+            }
+        } else if w.group.is_empty() {
+            self.client.list_core_api_resources(&w.version).await.map(|l| resource_kinds(l.resources))
         } else {
-            self.client.list_api_group_resources(&api_version).await.map(|l| l.resources)
+            self.client.list_api_group_resources(&api_version).await.map(|l| resource_kinds(l.resources))
         };
         let offered = match offered {
-            Ok(resources) => {
-                let mut kinds: Vec<String> =
-                    resources.into_iter().filter(|r| !r.name.contains('/')).map(|r| r.kind).collect();
+            Ok(mut kinds) => {
                 kinds.sort();
                 kinds.dedup();
                 format!("{api_version} serves {}", if kinds.is_empty() { "no kinds".into() } else { kinds.join(", ") })
@@ -478,35 +558,35 @@ impl KubeSource {
     }
 
     async fn list_all(&self) -> Result<ListResult, SourceError> {
-        let request = &self.resolve().await?.request;
+        let resolved = self.resolve().await?;
+        let (request, meta) = (&resolved.request, &resolved.meta);
         let mut lp = self.list_params();
         let mut items = Vec::new();
         loop {
-            let req = request.list(&lp).map_err(|e| self.meta.other("list", e))?;
+            let req = request.list(&lp).map_err(|e| meta.other("list", e))?;
             let text = match self.client.request_text(req).await {
                 Ok(text) => text,
                 Err(::kube::Error::Api(s)) if s.code == 410 && lp.continue_token.is_some() => {
-                    tracing::info!(source = %self.meta.describe, "list continue token expired ({}); listing again without paging", s.message);
+                    tracing::info!(source = %meta.describe, "list continue token expired ({}); listing again without paging", s.message);
                     items.clear();
                     lp.continue_token = None;
                     lp.limit = None;
                     continue;
                 }
-                Err(e) => return Err(self.meta.error("list", "", e)),
+                Err(e) => return Err(meta.error("list", "", e)),
             };
-            let page: RawList =
-                serde_json::from_str(&text).map_err(|e| self.meta.other("list: undecodable response", e))?;
+            let page: RawList = serde_json::from_str(&text).map_err(|e| meta.other("list: undecodable response", e))?;
             let page_items = page.items.unwrap_or_default();
             items.reserve(page_items.len());
             for raw in page_items {
-                items.push(self.meta.object(raw)?);
+                items.push(meta.object(raw)?);
             }
             match page.metadata.continue_token.filter(|c| !c.is_empty()) {
                 Some(token) => lp.continue_token = Some(token),
                 None => {
                     let resource_version =
                         page.metadata.resource_version.filter(|rv| !rv.is_empty()).ok_or_else(|| {
-                            SourceError::Other(format!("list {}: response has no resourceVersion", self.meta.describe))
+                            SourceError::Other(format!("list {}: response has no resourceVersion", meta.describe))
                         })?;
                     return Ok(ListResult { items, resource_version });
                 }
@@ -533,21 +613,21 @@ impl KubeSource {
     }
 
     async fn open_watch(&self, wp: WatchParams, resource_version: String) -> Result<WatchStream, SourceError> {
-        let request = &self.resolve().await?.request;
-        let mut req = request.watch(&wp, &resource_version).map_err(|e| self.meta.other("watch", e))?;
+        let resolved = self.resolve().await?;
+        let (request, meta) = (&resolved.request, &resolved.meta);
+        let mut req = request.watch(&wp, &resource_version).map_err(|e| meta.other("watch", e))?;
         // As kube's `request_events`: a watch stream is never compressed.
         req.headers_mut().entry(ACCEPT_ENCODING).or_insert(HeaderValue::from_static("identity"));
-        let res =
-            self.client.send(req.map(Body::from)).await.map_err(|e| self.meta.error("watch", &resource_version, e))?;
+        let res = self.client.send(req.map(Body::from)).await.map_err(|e| meta.error("watch", &resource_version, e))?;
         if !res.status().is_success() {
-            return Err(self.meta.response_error("watch", &resource_version, res).await);
+            return Err(meta.response_error("watch", &resource_version, res).await);
         }
         let state = WatchState {
             body: Box::pin(res.into_body().into_data_stream()),
             buf: BytesMut::new(),
             scanned: 0,
             ended: false,
-            meta: self.meta.clone(),
+            meta: meta.clone(),
             resource_version,
         };
         Ok(futures::stream::unfold(state, WatchState::next).boxed())

@@ -19,6 +19,9 @@ pub(super) fn is_discovery_path(path: &str) -> bool {
     matches!(segs.as_slice(), ["api"] | ["apis"] | ["version"] | ["api", _] | ["apis", _] | ["apis", _, _])
 }
 
+/// A group's versions, highest priority first (GA before beta before
+/// alpha, higher numbers first), as the API server orders a custom
+/// resource's versions; the first is the group's `preferredVersion`.
 fn group_versions(types: &[ResourceType], group: &str) -> Vec<String> {
     let mut versions: Vec<String> = Vec::new();
     for t in types.iter().filter(|t| t.group == group) {
@@ -26,6 +29,7 @@ fn group_versions(types: &[ResourceType], group: &str) -> Vec<String> {
             versions.push(t.version.clone());
         }
     }
+    versions.sort_by_key(|v| std::cmp::Reverse(kube::core::Version::parse(v).priority()));
     versions
 }
 

@@ -138,6 +138,13 @@ impl Harness {
     }
 }
 
+/// Paged lists, as most tests here check: the list requests they count
+/// are the protocol a server without watch-list sees (watch-list, the
+/// default, has its own tests below, compared with this path).
+fn paged() -> KubeSourceOptions {
+    KubeSourceOptions::default().watch_list(false)
+}
+
 fn config_maps() -> KubeResource {
     KubeResource::new("v1", "ConfigMap")
 }
@@ -157,7 +164,7 @@ async fn initial_list_arrives_as_initial_adds_and_syncs() {
     server.create(config_map("ns1", "b", &[], &[("k", "2")])).unwrap();
     server.create(config_map("ns2", "c", &[], &[("k", "3")])).unwrap();
 
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    let h = Harness::synced(&server, config_maps(), paged()).await;
 
     // The registration synced only after its initial adds were handled.
     assert_eq!(h.rec.lines(), ["add ns1/a@2 initial", "add ns1/b@3 initial", "add ns2/c@4 initial"]);
@@ -187,7 +194,7 @@ async fn initial_list_arrives_as_initial_adds_and_syncs() {
 async fn watch_events_arrive_as_add_update_delete() {
     let server = ApiServer::start().await;
     let a = server.create(config_map("ns", "a", &[], &[("k", "1")])).unwrap();
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    let h = Harness::synced(&server, config_maps(), paged()).await;
 
     let b = server.create(config_map("ns", "b", &[], &[("k", "2")])).unwrap();
     let a2 = server.update(config_map("ns", "a", &[], &[("k", "changed")])).unwrap();
@@ -214,7 +221,7 @@ async fn watch_events_arrive_as_add_update_delete() {
 async fn bookmarks_advance_last_sync_resource_version() {
     let server = ApiServer::start().await;
     server.create(config_map("watched", "a", &[], &[])).unwrap();
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default().namespace("watched")).await;
+    let h = Harness::synced(&server, config_maps(), paged().namespace("watched")).await;
     eventually("the watch to open", || server.open_watches() == 1).await;
 
     // Changes the informer does not select move the server's version on.
@@ -312,7 +319,7 @@ async fn gone_as_http_410_forces_relist_with_tombstone() {
 async fn expired_established_watch_relists() {
     let server = ApiServer::start().await;
     server.create(config_map("ns", "a", &[], &[])).unwrap();
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    let h = Harness::synced(&server, config_maps(), paged()).await;
     eventually("the watch to open", || server.open_watches() == 1).await;
 
     assert_eq!(server.expire_watches(), 1);
@@ -330,7 +337,7 @@ async fn expired_established_watch_relists() {
 async fn dropped_connection_resumes_from_last_resource_version() {
     let server = ApiServer::start().await;
     server.create(config_map("ns", "a", &[], &[("k", "1")])).unwrap();
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    let h = Harness::synced(&server, config_maps(), paged()).await;
     server.create(config_map("ns", "b", &[], &[])).unwrap();
     h.wait_for(2).await;
 
@@ -380,11 +387,11 @@ async fn dropped_connection_resumes_from_last_resource_version() {
 /// again: a handler receives the change made during the outage, once, and
 /// nothing for the unchanged objects. With `changed = false` it receives
 /// nothing at all.
-async fn outage_resumes_the_watch_without_relist(changed: bool) {
+async fn outage_resumes_the_watch_without_relist(changed: bool, watch_list: bool) {
     let server = ApiServer::start().await;
     server.create(config_map("ns", "a", &[], &[("k", "1")])).unwrap();
     server.create(config_map("ns", "b", &[], &[])).unwrap();
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    let h = Harness::synced(&server, config_maps(), paged().watch_list(watch_list)).await;
     server.create(config_map("ns", "c", &[], &[])).unwrap();
     h.wait_for(3).await;
     assert_eq!(server.open_watches(), 1);
@@ -402,13 +409,26 @@ async fn outage_resumes_the_watch_without_relist(changed: bool) {
 
     assert_eq!(h.rec.lines()[..3], ["add ns/a@2 initial", "add ns/b@3 initial", "add ns/c@4"]);
     assert_eq!(h.rec.lines()[3..], *expected, "only what changed, once");
-    assert_eq!(
-        server.lists().len(),
-        1,
-        "no relist: {:?}",
-        server.requests().iter().map(|r| &r.uri).collect::<Vec<_>>()
-    );
-    assert_eq!(watch_rvs(&server), ["3", "4"], "the refused watches never reached the server; the next resumed at 4");
+    let uris = server.requests().iter().map(|r| r.uri.clone()).collect::<Vec<_>>();
+    if watch_list {
+        // The initial state came through the watch-list (no resourceVersion,
+        // `sendInitialEvents`), which then went on with changes.
+        assert_eq!(server.lists().len(), 0, "no list: {uris:?}");
+        assert_eq!(server.watches()[0].param("sendInitialEvents"), Some("true"));
+        assert_eq!(
+            watch_rvs(&server),
+            ["", "4"],
+            "the refused watches never reached the server; the next resumed at 4"
+        );
+        assert!(server.watches()[1].param("sendInitialEvents").is_none(), "no second watch-list: {uris:?}");
+    } else {
+        assert_eq!(server.lists().len(), 1, "no relist: {uris:?}");
+        assert_eq!(
+            watch_rvs(&server),
+            ["3", "4"],
+            "the refused watches never reached the server; the next resumed at 4"
+        );
+    }
     let errors = h.errors();
     assert!(errors.iter().all(SourceError::is_retriable), "{errors:?}");
     let message = errors[0].to_string();
@@ -419,12 +439,22 @@ async fn outage_resumes_the_watch_without_relist(changed: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_connections_retry_the_watch_and_deliver_the_change_once() {
-    outage_resumes_the_watch_without_relist(true).await;
+    outage_resumes_the_watch_without_relist(true, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_connections_without_changes_deliver_nothing() {
-    outage_resumes_the_watch_without_relist(false).await;
+    outage_resumes_the_watch_without_relist(false, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_after_a_watch_list_retry_the_watch_and_deliver_the_change_once() {
+    outage_resumes_the_watch_without_relist(true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_after_a_watch_list_deliver_nothing() {
+    outage_resumes_the_watch_without_relist(false, true).await;
 }
 
 /// A watch answered `429 Too Many Requests` with `Retry-After: 2`. With
@@ -441,7 +471,7 @@ async fn too_many_requests_waits_retry_after(style: ThrottleStyle, client_retrie
     let mut config = server.config();
     config.default_retry = client_retries;
     let client = kube::Client::try_from(config).unwrap();
-    let h = Harness::start_with(client, config_maps(), KubeSourceOptions::default());
+    let h = Harness::start_with(client, config_maps(), paged());
     eventually("the informer and its handler to sync", || h.informer.has_synced() && h.reg.has_synced()).await;
     server.create(config_map("ns", "b", &[], &[])).unwrap();
     h.wait_for(2).await;
@@ -494,8 +524,7 @@ async fn selectors_and_namespace_reach_the_server_and_filter() {
     server.create(config_map("team-a", "skip-me", &web, &[])).unwrap();
     server.create(config_map("team-a", "other-app", &[("app", "api")], &[])).unwrap();
     server.create(config_map("team-b", "match", &web, &[])).unwrap();
-    let options =
-        KubeSourceOptions::default().namespace("team-a").labels("app=web,tier!=db").fields("metadata.name!=skip-me");
+    let options = paged().namespace("team-a").labels("app=web,tier!=db").fields("metadata.name!=skip-me");
     let h = Harness::synced(&server, config_maps(), options).await;
     assert_eq!(h.rec.lines(), ["add team-a/match@2 initial"]);
 
@@ -540,10 +569,10 @@ async fn group_and_cluster_scoped_resources() {
     let deployments = Harness::synced(
         &server,
         KubeResource::new("apps/v1", "Deployment"),
-        KubeSourceOptions::default().labels("env in (prod,staging),!legacy"),
+        paged().labels("env in (prod,staging),!legacy"),
     )
     .await;
-    let widgets = Harness::synced(&server, KubeResource::new("example.com/v1", "Widget"), Default::default()).await;
+    let widgets = Harness::synced(&server, KubeResource::new("example.com/v1", "Widget"), paged()).await;
     assert_eq!(deployments.rec.lines(), ["add ns1/web@2 initial", "add ns2/api@3 initial"]);
     assert_eq!(widgets.rec.lines(), ["add w1@6 initial"]);
 
@@ -566,7 +595,7 @@ async fn paged_list_follows_continue_tokens() {
     for i in 0..7 {
         server.create(config_map("ns", &format!("cm-{i}"), &[], &[])).unwrap();
     }
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default().page_size(Some(3))).await;
+    let h = Harness::synced(&server, config_maps(), paged().page_size(Some(3))).await;
     assert_eq!(h.rec.len(), 7);
     assert!(h.rec.seen().iter().all(|s| matches!(s, Seen::Add { initial: true, .. })));
     let lists = server.lists();
@@ -585,7 +614,7 @@ async fn expired_continue_token_falls_back_to_one_full_list() {
         server.create(config_map("ns", &format!("cm-{i}"), &[], &[])).unwrap();
     }
     server.fail_next_where(|r| r.param("continue").is_some(), 410);
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default().page_size(Some(2))).await;
+    let h = Harness::synced(&server, config_maps(), paged().page_size(Some(2))).await;
     let lists = server.lists();
     assert_eq!(lists.len(), 3);
     assert_eq!((lists[0].param("limit"), lists[0].param("continue").is_some()), (Some("2"), false));
@@ -599,7 +628,7 @@ async fn expired_continue_token_falls_back_to_one_full_list() {
 async fn list_semantic_any_reads_from_the_cache() {
     let server = ApiServer::start().await;
     server.create(config_map("ns", "a", &[], &[])).unwrap();
-    let options = KubeSourceOptions { list_semantic: ListSemantic::Any, page_size: None, ..Default::default() };
+    let options = KubeSourceOptions { list_semantic: ListSemantic::Any, page_size: None, ..paged() };
     let h = Harness::synced(&server, config_maps(), options).await;
     assert_eq!(h.rec.lines(), ["add ns/a@2 initial"]);
     let list = &server.lists()[0];
@@ -612,7 +641,7 @@ async fn watch_failure_calls_the_watch_error_handler_and_recovers() {
     let server = ApiServer::start().await;
     server.create(config_map("ns", "a", &[], &[])).unwrap();
     server.fail_next(RequestKind::Watch, 500);
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    let h = Harness::synced(&server, config_maps(), paged()).await;
     eventually("the watch error", || !h.errors().is_empty()).await;
     let e = h.errors()[0].clone();
     assert!(!e.is_gone());
@@ -633,7 +662,7 @@ async fn list_failure_calls_the_watch_error_handler_and_retries() {
     let server = ApiServer::start().await;
     server.create(config_map("ns", "a", &[], &[])).unwrap();
     server.fail_next(RequestKind::List, 403);
-    let h = Harness::start(&server, config_maps(), KubeSourceOptions::default().namespace("ns"));
+    let h = Harness::start(&server, config_maps(), paged().namespace("ns"));
     eventually("the list error", || !h.errors().is_empty()).await;
     assert!(!h.informer.has_synced());
     let msg = h.errors()[0].to_string();
@@ -648,7 +677,7 @@ async fn list_failure_calls_the_watch_error_handler_and_retries() {
 async fn watch_timeout_rewatches_without_relist() {
     let server = ApiServer::start().await;
     server.create(config_map("ns", "a", &[], &[])).unwrap();
-    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default().watch_timeout(2)).await;
+    let h = Harness::synced(&server, config_maps(), paged().watch_timeout(2)).await;
     server.create(config_map("ns", "b", &[], &[])).unwrap();
     h.wait_for(2).await;
     // The server ends the watch after timeoutSeconds; the reflector watches
@@ -691,7 +720,7 @@ users:
     );
     std::fs::write(&path, kubeconfig).unwrap();
 
-    let options = KubeSourceOptions::default().namespace("ns");
+    let options = paged().namespace("ns");
     let source = KubeSource::infer(&config_maps(), options, Some(&path), Some("fixture")).await.unwrap();
     assert_eq!(source.client().default_namespace(), "ns");
     assert_eq!(source.url_path(), Some("/api/v1/namespaces/ns/configmaps"));
@@ -728,8 +757,59 @@ async fn discovery_names_the_plural_the_kind_does_not_give() {
     let h = Harness::over(source);
     eventually("synced", || h.informer.has_synced()).await;
     assert_eq!(h.keys(), ["sea/o"]);
-    let paths: Vec<String> = server.lists().iter().map(|r| r.path.clone()).collect();
+    let paths: Vec<String> = server.watches().iter().map(|r| r.path.clone()).collect();
     assert_eq!(paths, ["/apis/example.com/v1/octopi"]);
+}
+
+/// No version: the group's preferred version serving the kind (GA before
+/// beta, as the server orders a CRD's versions), else the first other
+/// version that serves it: client-go's `DiscoveryRESTMapper` choice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_without_a_version_uses_the_preferred_version_serving_the_kind() {
+    let server = ApiServer::start().await;
+    // Registered beta first: the preferred version is still v1.
+    server.register(ResourceType::new("example.com", "v1beta1", "Widget", "widgets", true));
+    server.register(ResourceType::new("example.com", "v1", "Widget", "widgets", true));
+    server.register(ResourceType::new("example.com", "v1alpha1", "Gadget", "gadgets", true));
+    let object = |api_version: &str, kind: &str, name: &str| json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": "ns"}});
+    server.create(object("example.com/v1", "Widget", "ga")).unwrap();
+    server.create(object("example.com/v1beta1", "Widget", "beta")).unwrap();
+    server.create(object("example.com/v1alpha1", "Gadget", "g")).unwrap();
+    server.create(config_map("ns", "c", &[], &[])).unwrap();
+
+    let widgets = Harness::over(KubeSource::new(
+        server.client(),
+        &KubeResource::preferred("example.com", "Widget"),
+        Default::default(),
+    ));
+    let gadgets =
+        Harness::over(KubeSource::new(server.client(), &KubeResource::preferred("example.com", "Gadget"), paged()));
+    let core = Harness::over(KubeSource::new(server.client(), &KubeResource::preferred("", "ConfigMap"), paged()));
+    for h in [&widgets, &gadgets, &core] {
+        eventually("synced", || h.informer.has_synced()).await;
+    }
+    assert_eq!(widgets.keys(), ["ns/ga"], "the v1 Widgets");
+    let Seen::Add { obj, .. } = &widgets.rec.seen()[0] else { panic!() };
+    assert_eq!(obj.api_version(), "example.com/v1");
+    assert_eq!(gadgets.keys(), ["ns/g"], "Gadget is served by v1alpha1 only");
+    assert_eq!(core.keys(), ["ns/c"]);
+    let mut paths: Vec<String> = server.lists().iter().chain(&server.watches()).map(|r| r.path.clone()).collect();
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths, ["/api/v1/configmaps", "/apis/example.com/v1/widgets", "/apis/example.com/v1alpha1/gadgets"]);
+
+    // A kind no version serves: named with what the preferred one serves.
+    let missing =
+        Harness::over(KubeSource::new(server.client(), &KubeResource::preferred("example.com", "Nope"), paged()));
+    eventually("the error", || !missing.errors().is_empty()).await;
+    let message = missing.errors()[0].to_string();
+    assert!(
+        message.starts_with(
+            "example.com/Nope in all namespaces: the server does not serve kind Nope in example.com/v1 \
+             (example.com/v1 serves Widget)"
+        ),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -778,11 +858,8 @@ async fn a_kind_the_server_lacks_is_named_with_what_it_offers_and_starts_once_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_on_a_cluster_scoped_kind_is_a_clear_error() {
     let server = ApiServer::start().await;
-    let source = KubeSource::discovered(
-        server.client(),
-        &KubeResource::new("v1", "Namespace"),
-        KubeSourceOptions::default().namespace("default"),
-    );
+    let source =
+        KubeSource::discovered(server.client(), &KubeResource::new("v1", "Namespace"), paged().namespace("default"));
     let h = Harness::over(source);
     eventually("an error", || !h.errors().is_empty()).await;
     let e = h.errors()[0].to_string();
@@ -821,8 +898,7 @@ async fn a_server_refusing_watch_list_is_listed_instead() {
     let server = ApiServer::start().await;
     server.set_watch_list(false);
     server.create(config_map("ns", "a", &[], &[])).unwrap();
-    let options = KubeSourceOptions { watch_list: true, ..KubeSourceOptions::default() };
-    let h = Harness::synced(&server, config_maps(), options).await;
+    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
     assert_eq!(h.rec.lines(), ["add ns/a@2 initial"]);
     assert_eq!(server.lists().len(), 1, "a paged list after the refusal");
     server.create(config_map("ns", "b", &[], &[])).unwrap();
@@ -830,4 +906,24 @@ async fn a_server_refusing_watch_list_is_listed_instead() {
     // Refused once, it is not asked again.
     let asked = server.watches().into_iter().filter(|w| w.param("sendInitialEvents") == Some("true")).count();
     assert_eq!(asked, 1);
+}
+
+/// A watch-list that fails for the network (connections refused), not
+/// because the server refused it, is tried again: the informer syncs through
+/// a watch-list once the server is back, never listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_list_failing_on_the_network_is_tried_again_not_given_up() {
+    let server = ApiServer::start().await;
+    server.create(config_map("ns", "a", &[], &[])).unwrap();
+    server.refuse_connections().await;
+    let h = Harness::start(&server, config_maps(), KubeSourceOptions::default());
+    eventually("a refused attempt", || !h.errors().is_empty()).await;
+    assert!(h.errors()[0].is_retriable(), "{:?}", h.errors());
+    server.accept_connections().await;
+    eventually("synced", || h.informer.has_synced() && h.reg.has_synced()).await;
+    assert_eq!(h.rec.lines(), ["add ns/a@2 initial"]);
+    assert!(server.lists().is_empty(), "no list reached the server: {:?}", server.lists());
+    let watches = server.watches();
+    assert_eq!(watches.len(), 1, "{watches:#?}");
+    assert_eq!(watches[0].param("sendInitialEvents"), Some("true"));
 }

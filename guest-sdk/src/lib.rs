@@ -19,7 +19,9 @@
 //!   [`Config::parse`] deserializes it into any `serde` type of the plugin.
 //! - **Objects**: [`Object`] is a host-owned object version. Metadata
 //!   accessors (`key`, `name`, `namespace`, `resource_version`, `label`, ...)
-//!   never copy the body; [`Object::json`] returns the whole object and
+//!   never copy the body; [`Object::meta`] borrows them all as `&str`
+//!   without allocating (the fastest way to read metadata in a batch);
+//!   [`Object::json`] returns the whole object and
 //!   [`Object::parse`] deserializes it (k8s-openapi types work);
 //!   [`Object::parse_at`] copies only the value at a JSON pointer.
 //! - **Logging**: [`trace!`], [`debug!`], [`info!`], [`warn!`], [`error!`] call
@@ -153,6 +155,7 @@ pub mod controller;
 pub mod describe;
 mod handler;
 mod logging;
+mod meta;
 mod object;
 
 #[doc(hidden)]
@@ -163,4 +166,5 @@ pub use bindings::informer_host::plugin::types::Level;
 pub use config::Config;
 pub use handler::ResourceEventHandler;
 pub use logging::log;
+pub use meta::Meta;
 pub use object::{Deleted, Object, Tombstone};

@@ -1,79 +1,98 @@
 //! Host-owned object versions ([`Object`]) and what a delete delivers
 //! ([`Deleted`], [`Tombstone`]).
 
+use std::cell::OnceCell;
+use std::sync::{Arc, OnceLock};
+
 use serde::de::DeserializeOwned;
 
 use crate::__private::{self, RawObject};
 use crate::bindings::informer_host::plugin::types as raw;
+use crate::meta::{Meta, Records};
 
 /// One immutable version of a Kubernetes object, owned by the host.
 ///
-/// Metadata accessors copy only the field asked for; [`Object::json`] copies
-/// the whole object. An object that arrives in a batch is a slot of the
-/// batch until its first accessor call, so a handler that ignores it costs
-/// no host call.
+/// [`Object::meta`] borrows the metadata without allocating; the owned
+/// accessors ([`Object::key`], [`Object::labels`], …) copy only the field
+/// asked for; [`Object::json`] copies the whole object. An object that
+/// arrives in a batch is a slot of the batch until its first call that
+/// needs more than metadata, so a handler that ignores it, or reads only
+/// its metadata, costs no host call of its own.
 pub struct Object {
-    slot: Option<u32>,
-    handle: std::cell::OnceCell<RawObject>,
+    /// The batch slot and the batch's metadata (fetched once per batch,
+    /// on first use, shared by its objects).
+    slot: Option<(u32, Arc<OnceLock<Records>>)>,
+    handle: OnceCell<RawObject>,
+    /// The metadata of an object that is not a batch slot, once asked for.
+    own: OnceCell<Records>,
 }
 
 impl From<RawObject> for Object {
     fn from(handle: RawObject) -> Self {
-        Object { slot: None, handle: handle.into() }
+        Object { slot: None, handle: handle.into(), own: OnceCell::new() }
     }
 }
 
 impl Object {
-    pub(crate) fn lent(slot: u32) -> Self {
-        Object { slot: Some(slot), handle: std::cell::OnceCell::new() }
+    pub(crate) fn lent(slot: u32, metadata: Arc<OnceLock<Records>>) -> Self {
+        Object { slot: Some((slot, metadata)), handle: OnceCell::new(), own: OnceCell::new() }
     }
 
     fn raw(&self) -> &RawObject {
         self.handle.get_or_init(|| {
-            let slot = self.slot.expect("an object without a handle is a batch slot");
-            __private::lend(slot)
+            let (slot, _) = self.slot.as_ref().expect("an object without a handle is a batch slot");
+            __private::lend(*slot)
         })
     }
 
-    /// A metadata field from the batch's metadata (one host call per
-    /// batch), or `None` for an object that is not a batch slot.
-    fn field(&self, field: usize) -> Option<Option<String>> {
-        let slot = self.slot?;
-        Some(__private::with_metadata(|m| m.field(slot, field)))
+    /// The metadata, borrowed: `&str` views, no allocation. In a batch it
+    /// reads the batch's one metadata buffer; otherwise the first call
+    /// fetches every field once.
+    pub fn meta(&self) -> Meta<'_> {
+        match &self.slot {
+            Some((slot, metadata)) => metadata.get_or_init(__private::fetch_metadata).get(*slot as usize),
+            None => self.own.get_or_init(|| Records::of(self.raw())).get(0),
+        }
+    }
+
+    /// The batch's view when this is a batch slot (owned accessors of other
+    /// objects ask the host for just the field).
+    fn slot_meta(&self) -> Option<Meta<'_>> {
+        self.slot.as_ref().map(|_| self.meta())
     }
 
     /// `namespace/name`, or `name` for a cluster-scoped object.
     pub fn key(&self) -> String {
-        self.field(0).map_or_else(|| self.raw().key(), Option::unwrap_or_default)
+        self.slot_meta().map_or_else(|| self.raw().key(), |m| m.key().to_owned())
     }
     pub fn namespace(&self) -> Option<String> {
-        self.field(1).unwrap_or_else(|| self.raw().namespace())
+        self.slot_meta().map_or_else(|| self.raw().namespace(), |m| m.namespace().map(str::to_owned))
     }
     pub fn name(&self) -> String {
-        self.field(2).map_or_else(|| self.raw().name(), Option::unwrap_or_default)
+        self.slot_meta().map_or_else(|| self.raw().name(), |m| m.name().to_owned())
     }
     pub fn uid(&self) -> Option<String> {
-        self.field(3).unwrap_or_else(|| self.raw().uid())
+        self.slot_meta().map_or_else(|| self.raw().uid(), |m| m.uid().map(str::to_owned))
     }
     pub fn resource_version(&self) -> Option<String> {
-        self.field(4).unwrap_or_else(|| self.raw().resource_version())
+        self.slot_meta().map_or_else(|| self.raw().resource_version(), |m| m.resource_version().map(str::to_owned))
     }
     pub fn api_version(&self) -> String {
-        self.field(5).map_or_else(|| self.raw().api_version(), Option::unwrap_or_default)
+        self.slot_meta().map_or_else(|| self.raw().api_version(), |m| m.api_version().to_owned())
     }
     pub fn kind(&self) -> String {
-        self.field(6).map_or_else(|| self.raw().kind(), Option::unwrap_or_default)
+        self.slot_meta().map_or_else(|| self.raw().kind(), |m| m.kind().to_owned())
     }
     pub fn labels(&self) -> Vec<(String, String)> {
-        match self.slot {
-            Some(slot) => __private::with_metadata(|m| m.labels(slot).collect()),
+        match self.slot_meta() {
+            Some(m) => m.labels().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
             None => self.raw().labels(),
         }
     }
     /// The value of one label, without copying the others.
     pub fn label(&self, key: &str) -> Option<String> {
-        match self.slot {
-            Some(slot) => __private::with_metadata(|m| m.labels(slot).find(|(k, _)| k == key).map(|(_, v)| v)),
+        match self.slot_meta() {
+            Some(m) => m.label(key).map(str::to_owned),
             None => self.raw().label(key),
         }
     }

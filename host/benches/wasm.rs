@@ -79,11 +79,12 @@ fn main() {
     let load = |name: &str| wasm.load(PluginSpec::new(name, plugin_build::plugin_path(name))).unwrap();
     let noop = load("noop");
     let meta = load("metadata");
+    let view = load("metadata-view");
     let json = load("json-reader");
 
     println!("Instantiate from InstancePre + init, and memory per instance (100 instances each):");
     println!("{:<14} {:>14} {:>16} {:>12}  world", "plugin", "instantiate", "RSS/instance", "size");
-    for p in [&noop, &meta, &json] {
+    for p in [&noop, &meta, &view, &json] {
         let before = rss_kib();
         let hs: Vec<_> = (0..100).map(|_| p.handler(None).unwrap()).collect();
         let per = hs.iter().map(|h| h.instantiate_time()).sum::<Duration>() / 100;
@@ -107,7 +108,9 @@ fn main() {
     let batch: Vec<Notification> =
         objs.iter().map(|o| Notification::Add { obj: o.clone(), is_in_initial_list: false }).collect();
     let refs: Vec<&Notification> = batch.iter().collect();
-    for p in [&noop, &meta].into_iter().filter(|p| std::env::var("WASM_BENCH_MICRO").map_or(true, |m| m == p.info.name))
+    for p in [&noop, &meta, &view]
+        .into_iter()
+        .filter(|p| std::env::var("WASM_BENCH_MICRO").map_or(true, |m| m == p.info.name))
     {
         let mut h = p.handler(None).unwrap();
         let rounds: usize = std::env::var("WASM_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(2000);
@@ -143,6 +146,7 @@ fn main() {
                     ("native no-op", Kind::Native),
                     ("wasm no-op", Kind::Wasm(&noop)),
                     ("wasm metadata", Kind::Wasm(&meta)),
+                    ("wasm metadata view", Kind::Wasm(&view)),
                     ("wasm json() 1KiB", Kind::Wasm(&json)),
                 ]
             } else {

@@ -7,11 +7,13 @@
 //! `delivery`: the `controller` world has no such import and the host would
 //! refuse a component that asked for it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
 use std::thread::LocalKey;
 
 use super::{RawObject, State, with};
 use crate::bindings::informer_host::plugin::delivery;
+use crate::meta::Records;
 use crate::{Deleted, Object, ResourceEventHandler, Tombstone};
 
 /// The `delivery` functions called from outside [`on_batch`].
@@ -33,7 +35,6 @@ struct Current {
 thread_local! {
     static DELIVERY: Cell<Option<Delivery>> = const { Cell::new(None) };
     static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
-    static METADATA: RefCell<Option<Metadata>> = const { RefCell::new(None) };
 }
 
 fn installed() -> Delivery {
@@ -45,84 +46,9 @@ pub(crate) fn lend(slot: u32) -> RawObject {
     (installed().lend)(slot)
 }
 
-/// The batch's metadata (`delivery.metadata`), fetched on first use.
-pub struct Metadata {
-    bytes: Vec<u8>,
-    /// Where each slot's record starts.
-    starts: Vec<usize>,
-}
-
-/// Fields before the labels in a slot's record.
-const FIELDS: usize = 7;
-
-impl Metadata {
-    fn fetch() -> Self {
-        let bytes = (installed().metadata)();
-        let mut starts = Vec::new();
-        let mut at = 0;
-        while at < bytes.len() {
-            starts.push(at);
-            for _ in 0..FIELDS {
-                at = Self::skip(&bytes, at);
-            }
-            let labels = Self::u32_at(&bytes, at);
-            at += 4;
-            for _ in 0..2 * labels {
-                at = Self::skip(&bytes, at);
-            }
-        }
-        Metadata { bytes, starts }
-    }
-
-    fn u32_at(bytes: &[u8], at: usize) -> usize {
-        u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize
-    }
-
-    /// The position after the string at `at`.
-    fn skip(bytes: &[u8], at: usize) -> usize {
-        match Self::u32_at(bytes, at) {
-            0xffff_ffff => at + 4,
-            len => at + 4 + len,
-        }
-    }
-
-    fn string(&self, at: usize) -> Option<String> {
-        match Self::u32_at(&self.bytes, at) {
-            0xffff_ffff => None,
-            len => Some(String::from_utf8_lossy(&self.bytes[at + 4..at + 4 + len]).into_owned()),
-        }
-    }
-
-    /// Field `field` (0..7, in the WIT's order) of `slot`.
-    pub fn field(&self, slot: u32, field: usize) -> Option<String> {
-        let mut at = self.starts[slot as usize];
-        for _ in 0..field {
-            at = Self::skip(&self.bytes, at);
-        }
-        self.string(at)
-    }
-
-    /// The labels of `slot`.
-    pub fn labels(&self, slot: u32) -> impl Iterator<Item = (String, String)> + '_ {
-        let mut at = self.starts[slot as usize];
-        for _ in 0..FIELDS {
-            at = Self::skip(&self.bytes, at);
-        }
-        let count = Self::u32_at(&self.bytes, at);
-        at += 4;
-        (0..count).map(move |_| {
-            let k = self.string(at).unwrap_or_default();
-            at = Self::skip(&self.bytes, at);
-            let v = self.string(at).unwrap_or_default();
-            at = Self::skip(&self.bytes, at);
-            (k, v)
-        })
-    }
-}
-
-/// Runs `f` on the current batch's metadata, fetching it on first use.
-pub fn with_metadata<R>(f: impl FnOnce(&Metadata) -> R) -> R {
-    METADATA.with(|m| f(m.borrow_mut().get_or_insert_with(Metadata::fetch)))
+/// The batch's metadata (`delivery.metadata`), indexed.
+pub(crate) fn fetch_metadata() -> Records {
+    Records::new((installed().metadata)())
 }
 
 /// Tells the host, once per batch item, that the item is about to have a
@@ -145,13 +71,14 @@ pub fn on_batch<T: ResourceEventHandler>(
     tombstone_keys: Vec<String>,
 ) {
     DELIVERY.set(Some(Delivery { begin: delivery::begin, lend: delivery::lend, metadata: delivery::metadata }));
-    METADATA.with(|m| m.borrow_mut().take());
+    // Fetched by the first object whose metadata is read, shared by all.
+    let metadata: Arc<OnceLock<Records>> = Arc::default();
     with(state, |handler| {
         let mut keys = tombstone_keys.into_iter();
         let mut slot = 0u32;
         let mut next = || {
             slot += 1;
-            Object::lent(slot - 1)
+            Object::lent(slot - 1, metadata.clone())
         };
         for (index, kind) in (0u32..).zip(kinds) {
             CURRENT.with(|c| c.set(Some(Current { index, begun: false })));
@@ -174,5 +101,4 @@ pub fn on_batch<T: ResourceEventHandler>(
             }
         }
     });
-    METADATA.with(|m| m.borrow_mut().take());
 }

@@ -15,8 +15,8 @@ use crate::{Config, Object, ResourceEventHandler};
 
 mod batch;
 
-pub(crate) use batch::lend;
-pub use batch::{Metadata, before_visible_effect, on_batch, with_metadata};
+pub use batch::{before_visible_effect, on_batch};
+pub(crate) use batch::{fetch_metadata, lend};
 
 /// The per-instance plugin value (`None` until `init` or the first call).
 pub struct State<T>(RefCell<Option<T>>);

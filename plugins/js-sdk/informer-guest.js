@@ -10,8 +10,14 @@
 //   }
 //
 //   export const resourceEventHandler = exportHandler(Greeter);
+//   export const batchHandler = exportBatchHandler(resourceEventHandler);
 //
-// built with `node ../js-sdk/build.mjs plugin.js plugin.wasm` from its folder.
+// (`exportBatchHandler` from informer-batch.js) built with
+// `node ../js-sdk/build.mjs plugin.js plugin.wasm batched-handler` from its
+// folder (`bash plugins/build-other-languages.sh` does that). In world
+// `batched-handler` the host delivers many notifications per call through
+// `batchHandler`; in world `handler` (one call per notification) leave
+// informer-batch.js out.
 //
 // - State: `exportHandler` keeps one value of the class per instance; `init`
 //   creates it and calls its `init(config)`; a notification before `init`
@@ -24,6 +30,11 @@
 // - Objects are host-owned resources: `key()`, `name()`, `namespace()`,
 //   `resourceVersion()`, `label(k)`, ... never copy the body; `json()` returns
 //   it and `parse(obj)` decodes it. `Deleted` wraps what `onDelete` gets.
+//   In a batch an object is lent for its notification only: its metadata
+//   comes from one buffer per batch, its body is borrowed from the host on
+//   the first `json()`, `pointer()` or `annotations()` and handed back when
+//   the method returns. Keep what you need (`key()`, parsed values), not the
+//   object.
 // - Logging: `trace`, `debug`, `info`, `warn`, `error` call the `log` import.
 //
 // Controllers (world `controller`) use informer-controller.js, next to this
@@ -115,7 +126,17 @@ export const describe = {
   delete: (obj) => `${obj.isTombstone() ? 'delete-tombstone' : 'delete'} ${obj.key()} rv=${rv(obj.lastKnown())}`,
 };
 
-export const log = (level, message) => hostLog(level, String(message));
+/**
+ * The batch item in flight (informer-batch.js): its index (-1 outside a
+ * batch), whether the host was told it is having a visible effect, and how
+ * to tell it. Internal to the SDK.
+ */
+export const batchItem = { index: -1, begun: false, begin: undefined };
+
+export const log = (level, message) => {
+  if (batchItem.index >= 0 && !batchItem.begun) batchItem.begin();
+  hostLog(level, String(message));
+};
 export const trace = (message) => log('trace', message);
 export const debug = (message) => log('debug', message);
 export const info = (message) => log('info', message);

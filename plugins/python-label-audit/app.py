@@ -28,3 +28,4 @@ class LabelAudit(ig.Handler):
 
 
 ResourceEventHandler = ig.export(LabelAudit)
+BatchHandler = ig.BatchHandler

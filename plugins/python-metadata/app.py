@@ -28,3 +28,4 @@ class Metadata(ig.Handler):
 
 
 ResourceEventHandler = ig.export(Metadata)
+BatchHandler = ig.BatchHandler

@@ -9,3 +9,4 @@ class Noop(ig.Handler):
 
 
 ResourceEventHandler = ig.export(Noop)
+BatchHandler = ig.BatchHandler

@@ -39,3 +39,4 @@ class Recorder(ig.Handler):
 
 
 ResourceEventHandler = ig.export(Recorder)
+BatchHandler = ig.BatchHandler

@@ -12,10 +12,16 @@ A plugin is a module that subclasses :class:`Handler` and exports it::
             ig.info(f"{self.prefix} {obj.key()}")
 
     ResourceEventHandler = ig.export(Greeter)
+    BatchHandler = ig.BatchHandler
 
 and is built with (from the plugin's folder)::
 
-    componentize-py -d ../../wit -w plugin componentize app -p . -p ../python-sdk -o plugin.wasm
+    componentize-py -d ../../wit -w batched-handler componentize app -p . -p ../python-sdk -o plugin.wasm
+
+(``bash plugins/build-other-languages.sh`` does that). In world
+``batched-handler`` the host delivers many notifications per call through
+``BatchHandler``; in world ``handler`` (log only, one call per
+notification) ``ig.BatchHandler`` is ``None`` and the line is harmless.
 
 - **State**: :func:`export` keeps one value of the handler class per
   instance. ``init`` creates it and calls :meth:`Handler.init` with the
@@ -29,6 +35,11 @@ and is built with (from the plugin's folder)::
   ``key()``, ``name()``, ``namespace()``, ``resource_version()``,
   ``label(k)``, ... never copy the body; ``json()`` returns it and
   :func:`parse` decodes it. :class:`Deleted` wraps what ``on_delete`` gets.
+  In a batch an object is lent for its notification only: its metadata
+  comes from one buffer per batch, and its body is borrowed from the host
+  on the first ``json()``, ``pointer()`` or ``annotations()`` and handed
+  back when the handler method returns. Keep what you need (``key()``,
+  parsed values), not the object.
 - **Logging**: :func:`trace`, :func:`debug`, :func:`info`, :func:`warn`,
   :func:`error` call the host's ``log`` import.
 - **Cache**: :func:`cache_get`, :func:`cache_list`, :func:`cache_by_index`
@@ -39,11 +50,17 @@ this module.
 """
 
 import json as _json
+import struct as _struct
 
 from componentize_py_types import Err as _Err
 from wit_world import exports as _exports
 from wit_world.imports import log as _log
 from wit_world.imports import types as _types
+
+try:
+    from wit_world.imports import delivery as _delivery
+except ImportError:  # world `handler`: one notification per call
+    _delivery = None
 
 Object = _types.Object
 Level = _types.Level
@@ -152,27 +169,29 @@ class describe:
 
 
 def log(level, message):
+    if _item[0] >= 0 and not _item[1]:
+        _begin()
     _log.log(level, message)
 
 
 def trace(message):
-    _log.log(Level.TRACE, message)
+    log(Level.TRACE, message)
 
 
 def debug(message):
-    _log.log(Level.DEBUG, message)
+    log(Level.DEBUG, message)
 
 
 def info(message):
-    _log.log(Level.INFO, message)
+    log(Level.INFO, message)
 
 
 def warn(message):
-    _log.log(Level.WARN, message)
+    log(Level.WARN, message)
 
 
 def error(message):
-    _log.log(Level.ERROR, message)
+    log(Level.ERROR, message)
 
 
 def cache_get(key):
@@ -196,31 +215,219 @@ def cache_by_index(index, value):
         raise Error(e.value) from None
 
 
+# The exported handler class and its one value per instance.
+_state = {}
+
+
+def _current():
+    handler = _state.get("handler")
+    if handler is None:
+        handler = _state["handler"] = _state["class"]()
+    return handler
+
+
 def export(handler_class):
     """The ``ResourceEventHandler`` export class for ``handler_class``.
 
-    Assign it at module level of the app: ``ResourceEventHandler = export(MyHandler)``.
+    Assign it at module level of the app: ``ResourceEventHandler = export(MyHandler)``,
+    and beside it ``BatchHandler = ig.BatchHandler`` for the batch path.
     """
-    state = {}
-
-    def current():
-        if "handler" not in state:
-            state["handler"] = handler_class()
-        return state["handler"]
+    _state["class"] = handler_class
+    _state.pop("handler", None)
 
     class ResourceEventHandler(_exports.ResourceEventHandler):
         def init(self, config):
             handler = handler_class()
             handler.init(Config(config))
-            state["handler"] = handler
+            _state["handler"] = handler
 
         def on_add(self, obj, is_in_initial_list):
-            current().on_add(obj, is_in_initial_list)
+            _current().on_add(obj, is_in_initial_list)
 
         def on_update(self, old, new):
-            current().on_update(old, new)
+            _current().on_update(old, new)
 
         def on_delete(self, obj):
-            current().on_delete(Deleted(obj))
+            _current().on_delete(Deleted(obj))
 
     return ResourceEventHandler
+
+
+# ---- the batch path (world `batched-handler`) ------------------------------
+#
+# The host passes many notifications per `on_batch` call. Before an item's
+# first visible effect (a log line, an exception escaping to a trap) the
+# host is told `delivery.begin(index)`, and after such an item, or one that
+# returned an error, `delivery.done(index, error)`: a trap then skips
+# exactly the item at fault, as one call per notification would.
+
+# The item in flight: its index (-1 outside a batch) and whether the host
+# was told it is having a visible effect.
+_item = [-1, False]
+
+
+def _begin():
+    _item[1] = True
+    _delivery.begin(_item[0])
+
+
+_U32 = _struct.Struct("<I")
+_NONE = 0xFFFFFFFF
+
+
+class _Metadata:
+    """The batch's metadata buffer (``delivery.metadata``), fetched by the
+    first object whose metadata is read and decoded slot by slot as far as
+    objects are read."""
+
+    def __init__(self):
+        self.buf = None
+        self.at = 0
+        self.records = []
+
+    def _string(self):
+        (n,) = _U32.unpack_from(self.buf, self.at)
+        self.at += 4
+        if n == _NONE:
+            return None
+        start = self.at
+        self.at += n
+        return self.buf[start : self.at].decode()
+
+    def record(self, slot):
+        """(key, namespace, name, uid, resource version, api version, kind,
+        labels as a list of pairs) of ``slot``."""
+        if self.buf is None:
+            self.buf = _delivery.metadata()
+        records, string = self.records, self._string
+        while len(records) <= slot:
+            fields = tuple(string() for _ in range(7))
+            (count,) = _U32.unpack_from(self.buf, self.at)
+            self.at += 4
+            labels = [(string(), string()) for _ in range(count)]
+            records.append(fields + (labels,))
+        return records[slot]
+
+
+class _Lent:
+    """An object of the batch in flight: metadata from the batch's buffer,
+    the host's handle only when the body is read."""
+
+    __slots__ = ("_slot", "_meta", "_obj")
+
+    def __init__(self, slot, meta):
+        self._slot = slot
+        self._meta = meta
+        self._obj = None
+
+    def _handle(self):
+        if self._obj is None:
+            self._obj = _delivery.lend(self._slot)
+        return self._obj
+
+    def _release(self):
+        if self._obj is not None:
+            self._obj.__exit__(None, None, None)
+            self._obj = None
+
+    def key(self):
+        return self._meta.record(self._slot)[0]
+
+    def namespace(self):
+        return self._meta.record(self._slot)[1]
+
+    def name(self):
+        return self._meta.record(self._slot)[2]
+
+    def uid(self):
+        return self._meta.record(self._slot)[3]
+
+    def resource_version(self):
+        return self._meta.record(self._slot)[4]
+
+    def api_version(self):
+        return self._meta.record(self._slot)[5]
+
+    def kind(self):
+        return self._meta.record(self._slot)[6]
+
+    def labels(self):
+        return list(self._meta.record(self._slot)[7])
+
+    def label(self, key):
+        for k, v in self._meta.record(self._slot)[7]:
+            if k == key:
+                return v
+        return None
+
+    def annotations(self):
+        return self._handle().annotations()
+
+    def json(self):
+        return self._handle().json()
+
+    def pointer(self, pointer):
+        return self._handle().pointer(pointer)
+
+
+def _on_batch(kinds, tombstone_keys):
+    meta = _Metadata()
+    keys = iter(tombstone_keys)
+    slot = 0
+    item = _item
+    for index, kind in enumerate(kinds):
+        item[0], item[1] = index, False
+        handler = _current()
+        error = None
+        lent = []
+        try:
+            if kind <= 1:
+                obj = _Lent(slot, meta)
+                slot += 1
+                lent.append(obj)
+                handler.on_add(obj, kind == 1)
+            elif kind == 2:
+                old, new = _Lent(slot, meta), _Lent(slot + 1, meta)
+                slot += 2
+                lent += (old, new)
+                handler.on_update(old, new)
+            elif kind == 3:
+                obj = _Lent(slot, meta)
+                slot += 1
+                lent.append(obj)
+                handler.on_delete(Deleted(_types.Deleted_Object(obj)))
+            elif kind == 4:
+                obj = _Lent(slot, meta)
+                slot += 1
+                lent.append(obj)
+                tombstone = _types.Tombstone(next(keys, ""), obj)
+                handler.on_delete(Deleted(_types.Deleted_UnknownFinalState(tombstone)))
+            else:
+                error = f"unknown notification kind {kind} from the host"
+        except _Err as e:
+            error = str(e.value)
+        except BaseException:
+            # The traceback is a visible effect: the trap that follows
+            # must skip this item only.
+            if not item[1]:
+                _begin()
+            raise
+        finally:
+            for obj in lent:
+                obj._release()
+        if item[1] or error is not None:
+            _delivery.done(index, error)
+    item[0] = -1
+
+
+if _delivery is not None:
+
+    class BatchHandler(_exports.BatchHandler):
+        """The ``BatchHandler`` export: assign it at module level of the app
+        (``BatchHandler = ig.BatchHandler``) beside ``ResourceEventHandler``."""
+
+        def on_batch(self, kinds, tombstone_keys):
+            _on_batch(kinds, tombstone_keys)
+
+else:
+    BatchHandler = None

@@ -19,9 +19,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use e2e::plugins::{Running, shared_runtime, wasm};
-use informer_host::informer::Registration;
+use informer_host::informer::{
+    DeletedObject, Delivered, HandlerError, Notification, Object, ObjectRef, Registration, ResourceEventHandler,
+    deliver_each,
+};
 use informer_host::plugin::{
-    Grants, Level, LoadedPlugin, LogSink, PluginError, PluginRuntime, PluginSpec, RuntimeConfig,
+    BATCHED_WORLD, Grants, Level, LoadedPlugin, LogSink, PluginError, PluginRuntime, PluginSpec, RuntimeConfig,
 };
 use informer_host::source::MemorySource;
 use parking_lot::Mutex;
@@ -82,8 +85,9 @@ fn build_all() -> Result<(), String> {
 
 fn spec(plugin: &str, log: &Log) -> PluginSpec {
     let mut s = PluginSpec::new(plugin, wasm(plugin));
-    // The other languages' plugins target the `handler` world (log only):
-    // their toolchains import every interface of a world, used or not.
+    // The other languages' plugins target `batched-handler` (log only, with
+    // the batch path): their toolchains import every interface of a world,
+    // used or not, and `delivery` needs no grant.
     s.grants = Grants { log: true, ..Grants::default() };
     s.log_sink = Some(log.sink());
     s.limits.log = e2e::plugins::observing_log_limits();
@@ -296,6 +300,163 @@ async fn go_errors_are_results_not_traps() {
     returned_errors_are_results_not_traps("go-recorder").await;
 }
 
+/// A config map `ns/<name>` at resourceVersion `rv`, as the informer caches it.
+fn config_map(name: &str, rv: u32) -> ObjectRef {
+    Arc::new(
+        Object::from_value(&json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string(),
+                         "uid": format!("uid-{name}"), "labels": {"app": name}},
+            "data": {"v": rv.to_string()},
+        }))
+        .unwrap(),
+    )
+}
+
+/// One batch holding every kind of notification (initial and live adds, an
+/// update, a delete, a tombstone), handed to `plugin`'s `on-batch` in one
+/// call; what its handler returned, and the lines it logged.
+fn one_batch(plugin: &str, config: serde_json::Value) -> (Delivered, Vec<String>) {
+    let (a1, b2, a3, c5) = (config_map("a", 1), config_map("b", 2), config_map("a", 3), config_map("c", 5));
+    let batch = [
+        Notification::Add { obj: a1.clone(), is_in_initial_list: true },
+        Notification::Add { obj: b2.clone(), is_in_initial_list: false },
+        Notification::Update { old: a1, new: a3 },
+        Notification::Delete(DeletedObject::Object(b2)),
+        Notification::Delete(DeletedObject::FinalStateUnknown { key: "ns/c".into(), obj: c5 }),
+    ];
+    let log = Log::default();
+    let mut s = spec(plugin, &log);
+    s.config_json = config.to_string();
+    let loaded = load(s);
+    assert_eq!(loaded.info.world, BATCHED_WORLD, "{plugin} exports the batch path");
+    let mut handler = loaded.handler(None).unwrap();
+    let refs: Vec<&Notification> = batch.iter().collect();
+    (handler.deliver_many(&refs), log.events())
+}
+
+/// Every kind of notification in one `on-batch` call reaches `other` as it
+/// reaches the Rust recorder: the same lines in the same order, from the
+/// batch's metadata buffer and lent objects.
+fn batch_of_every_kind_logs_what_the_rust_recorder_logs(other: &str) {
+    let (rust, rust_lines) = one_batch("recorder", json!({}));
+    let (theirs, lines) = one_batch(other, json!({}));
+    assert!(rust.all_ok(5) && theirs.all_ok(5), "{other}: {:?}", theirs.errors);
+    assert_eq!(
+        lines,
+        [
+            "add ns/a rv=1 initial=true",
+            "add ns/b rv=2 initial=false",
+            "update ns/a rv=1->3",
+            "delete ns/b rv=2",
+            "delete-tombstone ns/c rv=5",
+        ],
+        "{other}"
+    );
+    assert_eq!(lines, rust_lines, "{other}");
+}
+
+/// Inside one batch, an error returned for an item is that item's result
+/// (the others handled), and a trap (an exception, `ig_trap`) is blamed on
+/// exactly the item that raised it: the batch stops there, the items before
+/// it were handled once, and the listener goes on after it.
+fn errors_and_traps_inside_a_batch_are_the_items_own(other: &str) {
+    let (failed, lines) = one_batch(other, json!({"fail_on": "b"}));
+    assert_eq!(failed.handled, 5, "{other}");
+    let at: Vec<usize> = failed.errors.iter().map(|(i, _)| *i).collect();
+    assert_eq!(at, [1, 3], "{other}: {:?}", failed.errors);
+    assert!(failed.errors.iter().all(|(_, e)| matches!(e, HandlerError::Failed(m) if m == "told to fail on b")));
+    assert_eq!(lines, ["add ns/a rv=1 initial=true", "update ns/a rv=1->3", "delete-tombstone ns/c rv=5"], "{other}");
+
+    let (crashed, lines) = one_batch(other, json!({"throw_on": "b"}));
+    assert_eq!(crashed.handled, 2, "{other}: {:?}", crashed.errors);
+    assert!(matches!(crashed.errors[..], [(1, HandlerError::Crashed(_))]), "{other}: {:?}", crashed.errors);
+    assert_eq!(lines, ["add ns/a rv=1 initial=true"], "{other}");
+}
+
+/// The informer's initial list reaches `other` in `on-batch` calls; an
+/// exception (a trap) on one object among them skips exactly that one, and
+/// every other object is logged exactly once.
+async fn trap_inside_a_batch_skips_exactly_that_notification(other: &str) {
+    let src = MemorySource::new();
+    for i in 0..40 {
+        cm(&src, &format!("o{i}"), "1"); // rv i+1
+    }
+    let log = Log::default();
+    let mut s = spec(other, &log);
+    s.config_json = json!({"throw_on": "o17"}).to_string();
+    let plugin = load(s);
+    let run = Running::start(&src);
+    eventually("informer synced", || run.informer.has_synced()).await;
+    let reg = run.add(&plugin);
+    eventually("initial list handled", || reg.has_synced() && log.events().len() >= 39).await;
+    let mut got = log.events();
+    got.sort();
+    let mut expected: Vec<String> =
+        (0..40).filter(|&i| i != 17).map(|i| format!("add ns/o{i} rv={} initial=true", i + 1)).collect();
+    expected.sort();
+    assert_eq!(got, expected, "{other}: each object but o17 exactly once");
+    assert_eq!(reg.stats().crashed.load(Ordering::Relaxed), 1, "{other}");
+    assert_eq!(plugin.stats.traps_other.load(Ordering::Relaxed), 1, "{other}");
+    assert_eq!(plugin.info.world, BATCHED_WORLD, "{other} exports the batch path");
+    run.stop().await;
+}
+
+#[test]
+fn python_batch_of_every_kind_logs_what_the_rust_recorder_logs() {
+    batch_of_every_kind_logs_what_the_rust_recorder_logs("python-recorder");
+}
+
+#[test]
+fn js_batch_of_every_kind_logs_what_the_rust_recorder_logs() {
+    batch_of_every_kind_logs_what_the_rust_recorder_logs("js-recorder");
+}
+
+#[test]
+fn c_batch_of_every_kind_logs_what_the_rust_recorder_logs() {
+    batch_of_every_kind_logs_what_the_rust_recorder_logs("c-recorder");
+}
+
+#[test]
+fn go_batch_of_every_kind_logs_what_the_rust_recorder_logs() {
+    batch_of_every_kind_logs_what_the_rust_recorder_logs("go-recorder");
+}
+
+#[test]
+fn python_errors_and_traps_inside_a_batch_are_the_items_own() {
+    errors_and_traps_inside_a_batch_are_the_items_own("python-recorder");
+}
+
+#[test]
+fn js_errors_and_traps_inside_a_batch_are_the_items_own() {
+    errors_and_traps_inside_a_batch_are_the_items_own("js-recorder");
+}
+
+#[test]
+fn c_errors_and_traps_inside_a_batch_are_the_items_own() {
+    errors_and_traps_inside_a_batch_are_the_items_own("c-recorder");
+}
+
+#[test]
+fn go_errors_and_traps_inside_a_batch_are_the_items_own() {
+    errors_and_traps_inside_a_batch_are_the_items_own("go-recorder");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_trap_inside_a_batch_skips_exactly_that_notification() {
+    trap_inside_a_batch_skips_exactly_that_notification("python-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_trap_inside_a_batch_skips_exactly_that_notification() {
+    trap_inside_a_batch_skips_exactly_that_notification("js-recorder").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_trap_inside_a_batch_skips_exactly_that_notification() {
+    trap_inside_a_batch_skips_exactly_that_notification("c-recorder").await;
+}
+
 /// `other`, the twin of the Rust `label-audit`, logs the same warnings on
 /// the same sequence, and refuses a misspelt option as Rust does.
 async fn label_audit_warns_like_the_rust_one(other: &str) {
@@ -410,6 +571,10 @@ struct Figures {
     rss_per_instance: u64,
     /// Initial adds of [`OBJECTS`] objects on one informer, per second.
     adds_per_sec: f64,
+    /// Nanoseconds per notification inside one handler: one call each (as
+    /// before the batch path) and 256 per `on-batch` call.
+    one_by_one_ns: f64,
+    batched_ns: f64,
     /// Lines the plugin logged in all.
     lines: usize,
 }
@@ -448,6 +613,7 @@ async fn measure(plugin: &str) -> Figures {
     let rss_per_instance = rss_bytes().saturating_sub(before) / INSTANCES as u64;
     drop(handlers);
     times.sort();
+    let (one_by_one_ns, batched_ns) = per_notification(&loaded);
 
     let src = MemorySource::new();
     for i in 0..OBJECTS {
@@ -470,9 +636,39 @@ async fn measure(plugin: &str) -> Figures {
         instantiate: times[INSTANCES / 2],
         rss_per_instance,
         adds_per_sec: OBJECTS as f64 / elapsed.as_secs_f64(),
+        one_by_one_ns,
+        batched_ns,
         lines: lines.load(Ordering::Relaxed),
     }
 }
+
+/// Nanoseconds per notification inside one handler of `plugin`, for 256
+/// adds of ~1 KiB config maps: one component call each (`deliver_each`,
+/// the path every language but Rust and Go took before it exported
+/// `on-batch`), then all 256 in one `on-batch` call, alternating rounds
+/// for [`PER_NOTIFICATION_FOR`] in all.
+fn per_notification(plugin: &LoadedPlugin) -> (f64, f64) {
+    let objs: Vec<ObjectRef> = (0..256).map(|i| config_map(&format!("o{i}"), i + 1)).collect();
+    let batch: Vec<Notification> =
+        objs.iter().map(|o| Notification::Add { obj: o.clone(), is_in_initial_list: false }).collect();
+    let refs: Vec<&Notification> = batch.iter().collect();
+    let mut h = plugin.handler(None).unwrap();
+    let (mut each, mut many, mut rounds) = (Duration::ZERO, Duration::ZERO, 0u32);
+    let started = Instant::now();
+    while started.elapsed() < PER_NOTIFICATION_FOR || rounds < 2 {
+        let t = Instant::now();
+        assert!(deliver_each(&mut h, &refs).all_ok(refs.len()), "{}", plugin.info.name);
+        each += t.elapsed();
+        let t = Instant::now();
+        assert!(h.deliver_many(&refs).all_ok(refs.len()), "{}", plugin.info.name);
+        many += t.elapsed();
+        rounds += 1;
+    }
+    let per = |d: Duration| d.as_nanos() as f64 / (rounds as f64 * refs.len() as f64);
+    (per(each), per(many))
+}
+
+const PER_NOTIFICATION_FOR: Duration = Duration::from_secs(2);
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
@@ -539,6 +735,10 @@ async fn bench_noop_and_metadata_per_language() {
         "{:<8} {:>9} {:>10} {:>12} {:>13} {:>12} {:>12}\n",
         "language", "size MB", "compile s", "instance ms", "RSS/inst MiB", "noop/s", "metadata/s"
     );
+    let mut per = format!(
+        "ns per notification, one call each -> 256 per on-batch call:\n{:<8} {:>22} {:>22}\n",
+        "language", "noop", "metadata"
+    );
     for pair in rows.chunks(2) {
         let (noop, metadata) = (&pair[0], &pair[1]);
         summary.push_str(&format!(
@@ -551,6 +751,10 @@ async fn bench_noop_and_metadata_per_language() {
             noop.adds_per_sec,
             metadata.adds_per_sec,
         ));
+        let cell = |f: &Figures| {
+            format!("{:.0} -> {:.0} ({:.1}x)", f.one_by_one_ns, f.batched_ns, f.one_by_one_ns / f.batched_ns)
+        };
+        per.push_str(&format!("{:<8} {:>22} {:>22}\n", language(&noop.plugin), cell(noop), cell(metadata)));
     }
-    eprintln!("\n{}\n{summary}", table(&rows));
+    eprintln!("\n{}\n{summary}\n{per}", table(&rows));
 }

@@ -45,8 +45,8 @@
 //! than metadata, and `delivery.metadata` hands over the metadata of the
 //! whole batch in one byte list: ≈ 6 ns per notification for a no-op
 //! plugin, ≈ 0.4 µs for one reading five metadata fields (1.7 µs one call
-//! at a time). A plugin that does not export it (Python, JS and C here)
-//! gets one call per notification.
+//! at a time). Every SDK here exports it (Rust, C, Go, Python and
+//! JavaScript); a plugin that does not gets one call per notification.
 //!
 //! A trap must still skip exactly one notification, and nothing the host or
 //! the world saw may happen twice. The guest calls `delivery.begin` before

@@ -20,6 +20,112 @@ func deliveryDone(index, isSome uint32, ptr unsafe.Pointer, n uint32)
 //go:wasmimport informer-host:plugin/delivery@0.1.0 lend
 func deliveryLend(slot uint32) uint32
 
+//go:wasmimport informer-host:plugin/delivery@0.1.0 metadata
+func deliveryMetadata(ret unsafe.Pointer)
+
+// batchMeta is the metadata of every object of the batch in flight
+// (`delivery.metadata`: per slot, key, namespace, name, uid,
+// resource-version, api-version and kind, each a little-endian u32 length
+// and the bytes, 0xffffffff for none; then a label count and the pairs),
+// fetched when the first object's metadata is read and decoded slot by
+// slot as far as objects are read.
+var batchMeta struct {
+	fetched bool
+	buf     []byte
+	records []uint32 // per decoded slot, its record's offset in buf
+	next    uint32
+}
+
+const noString = 0xffffffff
+
+func metaU32(at uint32) uint32 {
+	b := batchMeta.buf
+	if uint64(at)+4 > uint64(len(b)) {
+		panic("informer-host guest: the host's metadata buffer is truncated")
+	}
+	return uint32(b[at]) | uint32(b[at+1])<<8 | uint32(b[at+2])<<16 | uint32(b[at+3])<<24
+}
+
+// metaSkip moves past the string at `at`.
+func metaSkip(at uint32) uint32 {
+	if n := metaU32(at); n != noString {
+		return at + 4 + n
+	}
+	return at + 4
+}
+
+// metaString is the string at `at` (a view into the buffer, which is
+// never written again) and where the next one starts.
+func metaString(at uint32) (string, bool, uint32) {
+	n := metaU32(at)
+	if n == noString {
+		return "", false, at + 4
+	}
+	if uint64(at)+4+uint64(n) > uint64(len(batchMeta.buf)) {
+		panic("informer-host guest: the host's metadata buffer is truncated")
+	}
+	if n == 0 {
+		return "", true, at + 4
+	}
+	return unsafe.String(&batchMeta.buf[at+4], n), true, at + 4 + n
+}
+
+// metaRecord is the offset of slot's record.
+func metaRecord(slot uint32) uint32 {
+	if !batchMeta.fetched {
+		deliveryMetadata(retPtr())
+		ptr, n := ret[0], ret[1]
+		batchMeta.buf = make([]byte, n)
+		if n > 0 {
+			copy(batchMeta.buf, unsafe.Slice((*byte)(unsafe.Pointer(uintptr(ptr))), n))
+		}
+		resetArena()
+		batchMeta.fetched = true
+	}
+	for uint32(len(batchMeta.records)) <= slot {
+		at := batchMeta.next
+		batchMeta.records = append(batchMeta.records, at)
+		for i := 0; i < 7; i++ {
+			at = metaSkip(at)
+		}
+		labels := metaU32(at)
+		at += 4
+		for i := uint32(0); i < 2*labels; i++ {
+			at = metaSkip(at)
+		}
+		batchMeta.next = at
+	}
+	return batchMeta.records[slot]
+}
+
+// metaField is field i (0 key ... 6 kind) of slot's metadata.
+func metaField(slot uint32, field int) (string, bool) {
+	at := metaRecord(slot)
+	for i := 0; i < field; i++ {
+		at = metaSkip(at)
+	}
+	s, ok, _ := metaString(at)
+	return s, ok
+}
+
+// metaLabels calls f with each label of slot until it returns false.
+func metaLabels(slot uint32, f func(k, v string) bool) {
+	at := metaRecord(slot)
+	for i := 0; i < 7; i++ {
+		at = metaSkip(at)
+	}
+	count := metaU32(at)
+	at += 4
+	for i := uint32(0); i < count; i++ {
+		k, _, next := metaString(at)
+		v, _, next := metaString(next)
+		at = next
+		if !f(k, v) {
+			return
+		}
+	}
+}
+
 // current is the batch item in flight: its index, and whether the host
 // was told it is having a visible effect.
 var current struct {
@@ -49,10 +155,11 @@ func exportOnBatch(kindsPtr, kindsLen, keysPtr, keysLen uint32) {
 		keys[i] = take(e[0], e[1])
 	}
 	resetArena()
+	batchMeta.fetched, batchMeta.buf, batchMeta.records, batchMeta.next = false, nil, batchMeta.records[:0], 0
 	slot := uint32(0)
 	next := func() *Object {
 		slot++
-		return &Object{slot: slot - 1, lendable: true}
+		return &Object{slot: slot - 1, lendable: true, inBatch: true}
 	}
 	for i, kind := range kinds {
 		current.active, current.index, current.begun = true, uint32(i), false

@@ -114,13 +114,24 @@ type Pair struct{ Key, Value string }
 // Object is one immutable version of a Kubernetes object, owned by the
 // host. It is valid during the call that received it only: the SDK gives
 // it back to the host when the handler returns (decode what you keep).
-// Metadata accessors copy only what they return, never the body.
+// Metadata accessors copy only what they return, never the body; in a
+// batch they read the batch's one metadata buffer and copy nothing.
 type Object struct {
 	handle  uint32
 	dropped bool
-	// In a batch: the object's slot, lent by the host on first use.
+	// In a batch: the object's slot, lent by the host on first use; its
+	// metadata is read from the batch's buffer.
 	slot     uint32
 	lendable bool
+	inBatch  bool
+}
+
+// meta is field i of a batch object's metadata (see batchMeta).
+func (o *Object) meta(field int) (string, bool) {
+	if o.dropped {
+		panic("informer-host guest: an Object was used after the call that received it returned")
+	}
+	return metaField(o.slot, field)
 }
 
 func (o *Object) live() uint32 {
@@ -144,29 +155,97 @@ func (o *Object) drop() {
 }
 
 // Key is `namespace/name`, or `name` for a cluster-scoped object.
-func (o *Object) Key() string { objectKey(o.live(), retPtr()); return takeString() }
+func (o *Object) Key() string {
+	if o.inBatch {
+		s, _ := o.meta(0)
+		return s
+	}
+	objectKey(o.live(), retPtr())
+	return takeString()
+}
 
 // Namespace, and false for a cluster-scoped object.
-func (o *Object) Namespace() (string, bool) { objectNamespace(o.live(), retPtr()); return takeOption() }
+func (o *Object) Namespace() (string, bool) {
+	if o.inBatch {
+		return o.meta(1)
+	}
+	objectNamespace(o.live(), retPtr())
+	return takeOption()
+}
 
-func (o *Object) Name() string { objectName(o.live(), retPtr()); return takeString() }
+func (o *Object) Name() string {
+	if o.inBatch {
+		s, _ := o.meta(2)
+		return s
+	}
+	objectName(o.live(), retPtr())
+	return takeString()
+}
 
-func (o *Object) UID() (string, bool) { objectUID(o.live(), retPtr()); return takeOption() }
+func (o *Object) UID() (string, bool) {
+	if o.inBatch {
+		return o.meta(3)
+	}
+	objectUID(o.live(), retPtr())
+	return takeOption()
+}
 
 func (o *Object) ResourceVersion() (string, bool) {
+	if o.inBatch {
+		return o.meta(4)
+	}
 	objectResourceVersion(o.live(), retPtr())
 	return takeOption()
 }
 
-func (o *Object) APIVersion() string { objectAPIVersion(o.live(), retPtr()); return takeString() }
+func (o *Object) APIVersion() string {
+	if o.inBatch {
+		s, _ := o.meta(5)
+		return s
+	}
+	objectAPIVersion(o.live(), retPtr())
+	return takeString()
+}
 
-func (o *Object) Kind() string { objectKind(o.live(), retPtr()); return takeString() }
+func (o *Object) Kind() string {
+	if o.inBatch {
+		s, _ := o.meta(6)
+		return s
+	}
+	objectKind(o.live(), retPtr())
+	return takeString()
+}
 
 // Labels, in the object's order.
-func (o *Object) Labels() []Pair { objectLabels(o.live(), retPtr()); return takePairs() }
+func (o *Object) Labels() []Pair {
+	if o.inBatch {
+		o.meta(0)
+		pairs := []Pair{}
+		metaLabels(o.slot, func(k, v string) bool {
+			pairs = append(pairs, Pair{Key: k, Value: v})
+			return true
+		})
+		return pairs
+	}
+	objectLabels(o.live(), retPtr())
+	return takePairs()
+}
 
 // Label is the value of one label, without copying the others.
 func (o *Object) Label(key string) (string, bool) {
+	if o.inBatch {
+		o.meta(0)
+		var value string
+		var found bool
+		metaLabels(o.slot, func(k, v string) bool {
+			if k == key {
+				value, found = v, true
+				return false
+			}
+			return true
+		})
+		return value, found
+	}
 	p, n := strPtr(key)
 	objectLabel(o.live(), p, n, retPtr())
 	return takeOption()

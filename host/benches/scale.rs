@@ -17,9 +17,10 @@
 //!   plugin loaded (compiled component shared, instantiated, `init` run;
 //!   loads on as many threads as cores), every plugin's initial list
 //!   delivered;
-//! - memory: peak RSS of the whole process, and RSS per plugin (over the
-//!   RSS once the informers were synced, before any plugin), once synced
-//!   and again 2.5 s later (reclaim on: idle instances dropped);
+//! - memory: peak RSS of the whole process, and RSS per plugin (what each
+//!   plugin after the first added to the RSS: the first one also pays for
+//!   the engine and the compiled code), once synced and again 2.5 s later
+//!   (reclaim on: idle instances dropped);
 //! - notifications/s: 2 000 updates of tenant 0's objects written at once,
 //!   until every busy plugin logged every one;
 //! - latency: 1 000 updates written one every 2 ms; for every busy plugin
@@ -31,8 +32,10 @@
 //! 100 objects (what a per-tenant controller process caches, built on this
 //! engine), measured in the same run, times N.
 //!
-//! `cargo bench -p informer-host --bench scale` prints the table and writes
-//! it to `target/bench-reports/scale.md`. `SCALE_N=1,100,1000,10000` and
+//! `cargo bench -p informer-host --bench scale` prints the table, writes it
+//! to `target/bench-reports/scale.md` (and the figures as `scale.json`),
+//! and plots memory, latency and start-up against the number of plugins
+//! into `docs/plots/scale-*.svg`. `SCALE_N=1,100,1000,10000` and
 //! `SCALE_RECLAIM=off,on` choose the rows.
 
 use std::collections::HashMap;
@@ -126,10 +129,8 @@ impl Seen {
         LogSink(Arc::new(move |_, line: &str| {
             let at = Instant::now();
             // `update ns0/cm-00042 rv=17->1234`
-            if let Some(rv) = line.strip_prefix("update ").and_then(|l| l.rsplit("->").next()) {
-                if let Ok(rv) = rv.parse() {
-                    seen.lines.lock().push((at, rv));
-                }
+            if let Some(Ok(rv)) = line.strip_prefix("update ").and_then(|l| l.rsplit("->").next()).map(str::parse) {
+                seen.lines.lock().push((at, rv));
             }
         }))
     }
@@ -212,15 +213,23 @@ fn child(n: usize, reclaim: bool, cache: &Path) -> Value {
 
     // Start-up: the first load compiles (from the disk cache), the rest
     // share the compiled component.
+    // Loads run inside the runtime, as the host's do (the idle reaper
+    // starts there).
+    let _in_runtime = rt.enter();
     let started = Instant::now();
     registry.load(def(0)).unwrap();
     let compile = started.elapsed();
     assert!(registry.loaded("p0").unwrap().info.from_cache, "the disk cache was not warm");
+    let first = registry.registration("p0").unwrap();
+    wait_until("the first plugin synced", Duration::from_secs(60), || first.has_synced());
+    // What one plugin costs is what each further one adds to this.
+    let (rss_one, _) = rss();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for t in 0..threads {
-            let (registry, def) = (&registry, &def);
+            let (registry, def, rt) = (&registry, &def, &rt);
             s.spawn(move || {
+                let _in_runtime = rt.enter();
                 for i in (1..n).filter(|i| i % threads == t) {
                     registry.load(def(i)).unwrap();
                 }
@@ -274,12 +283,13 @@ fn child(n: usize, reclaim: bool, cache: &Path) -> Value {
     latencies.sort();
     let (_, peak) = rss();
     stop.cancel();
-    let per_plugin = |r: usize| r.saturating_sub(base) as f64 / n as f64;
+    // The marginal cost: over the RSS with one plugin synced.
+    let per_plugin = |r: usize| (n > 1).then(|| r.saturating_sub(rss_one) as f64 / (n - 1) as f64);
     json!({
         "n": n, "reclaim": reclaim, "busy": busy,
         "compile_ms": compile.as_secs_f64() * 1e3,
         "loaded_s": loaded.as_secs_f64(), "synced_s": synced.as_secs_f64(),
-        "peak_rss": peak, "base_rss": base,
+        "peak_rss": peak, "base_rss": base, "one_plugin_rss": rss_one,
         "per_plugin_synced": per_plugin(rss_synced), "per_plugin_later": per_plugin(rss_later),
         "resident": counts.resident, "idle": counts.idle,
         "notifications_per_s": rate,
@@ -340,7 +350,9 @@ fn main() {
     // A warm disk cache: both components compiled once, here.
     let runtime = PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache.clone()) }).unwrap();
     for name in ["noop", "recorder"] {
-        runtime.load(PluginSpec::new(name, plugin_build::plugin_path(name))).unwrap();
+        let mut spec = PluginSpec::new(name, plugin_build::plugin_path(name));
+        spec.grants.log = true;
+        runtime.load(spec).unwrap();
     }
     drop(runtime);
 
@@ -353,21 +365,24 @@ fn main() {
          per plugin, 2.5 s later | instances resident/idle | notifications/s | p50 | p99 | N processes |"
     );
     let _ = writeln!(table, "|{}", " --- |".repeat(14));
+    let mut rows: Vec<(String, Value)> = Vec::new();
     for n in list_from_env("SCALE_N", "1,100,1000,10000") {
         for reclaim in list_from_env("SCALE_RECLAIM", "off,on") {
             let r = run_child(&format!("{n},{reclaim}"));
+            rows.push((reclaim.clone(), r.clone()));
             let f = |k: &str| r[k].as_f64().unwrap();
             let n: f64 = f("n");
+            let kib = |k: &str| r[k].as_f64().map_or("–".to_string(), |b| format!("{:.1} KiB", b / 1024.0));
             let row = format!(
-                "| {} | {reclaim} | {} | {:.1} ms | {:.2} s | {:.2} s | {} | {:.1} KiB | {:.1} KiB | {}/{} | {:.0} | {:.0} µs | {:.0} µs | {} |",
+                "| {} | {reclaim} | {} | {:.1} ms | {:.2} s | {:.2} s | {} | {} | {} | {}/{} | {:.0} | {:.0} µs | {:.0} µs | {} |",
                 n,
                 r["busy"],
                 f("compile_ms"),
                 f("loaded_s"),
                 f("synced_s"),
                 mib(f("peak_rss")),
-                f("per_plugin_synced") / 1024.0,
-                f("per_plugin_later") / 1024.0,
+                kib("per_plugin_synced"),
+                kib("per_plugin_later"),
                 r["resident"],
                 r["idle"],
                 f("notifications_per_s"),
@@ -390,5 +405,92 @@ fn main() {
     let dir = plugin_build::repo_root().join("target/bench-reports");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("scale.md"), &report).unwrap();
-    println!("\n{report}");
+    std::fs::write(
+        dir.join("scale.json"),
+        serde_json::to_string_pretty(&json!({"single": single, "rows": rows})).unwrap(),
+    )
+    .unwrap();
+    let plots = plugin_build::repo_root().join("docs/plots");
+    std::fs::create_dir_all(&plots).unwrap();
+    let series = |reclaim: &str, f: &dyn Fn(&Value) -> f64| -> Vec<(f64, f64)> {
+        rows.iter().filter(|(r, _)| r == reclaim).map(|(_, v)| (v["n"].as_f64().unwrap(), f(v))).collect()
+    };
+    let mib_of = |k: &'static str| move |v: &Value| v[k].as_f64().unwrap() / (1 << 20) as f64;
+    let of = |k: &'static str| move |v: &Value| v[k].as_f64().unwrap();
+    let processes: Vec<(f64, f64)> = series("off", &|v| v["n"].as_f64().unwrap() * per_process / (1 << 20) as f64);
+    plot(
+        &plots.join("scale-memory.svg"),
+        "Peak RSS of the whole host against plugins",
+        "MiB",
+        &[
+            ("reclaim off".into(), series("off", &mib_of("peak_rss"))),
+            ("reclaim on".into(), series("on", &mib_of("peak_rss"))),
+            ("N single-tenant processes".into(), processes),
+        ],
+    );
+    plot(
+        &plots.join("scale-latency.svg"),
+        "Source event to plugin call, 1 % of plugins busy",
+        "µs",
+        &[
+            ("p50, reclaim off".into(), series("off", &of("p50_us"))),
+            ("p99, reclaim off".into(), series("off", &of("p99_us"))),
+            ("p50, reclaim on".into(), series("on", &of("p50_us"))),
+            ("p99, reclaim on".into(), series("on", &of("p99_us"))),
+        ],
+    );
+    plot(
+        &plots.join("scale-startup.svg"),
+        "Start to every plugin's initial list delivered",
+        "seconds",
+        &[("reclaim off".into(), series("off", &of("synced_s"))), ("reclaim on".into(), series("on", &of("synced_s")))],
+    );
+    println!("\n{report}\nplots in {}", plots.display());
+}
+
+/// A line chart of `series` against the number of plugins, both axes
+/// logarithmic, as SVG at `path`.
+fn plot(path: &Path, title: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)]) {
+    use plotters::prelude::*;
+    let points = || series.iter().flat_map(|(_, s)| s.iter().copied()).filter(|&(x, y)| x > 0.0 && y > 0.0);
+    if points().next().is_none() {
+        return;
+    }
+    let (x_max, y_min, y_max) =
+        points().fold((1.0f64, f64::MAX, 0.0f64), |(a, b, c), (x, y)| (a.max(x), b.min(y), c.max(y)));
+    let root = SVGBackend::new(path, (760, 440)).into_drawing_area();
+    root.fill(&WHITE).unwrap();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d((0.7..x_max * 1.5).log_scale(), (y_min / 1.5..y_max * 1.5).log_scale())
+        .unwrap();
+    chart
+        .configure_mesh()
+        .x_desc("plugins")
+        .y_desc(y_label)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| if *y >= 10.0 { format!("{y:.0}") } else { format!("{y:.2}") })
+        .draw()
+        .unwrap();
+    for (i, (name, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points: Vec<(f64, f64)> = points.iter().copied().filter(|&(x, y)| x > 0.0 && y > 0.0).collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .unwrap()
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled()))).unwrap();
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .unwrap();
+    root.present().unwrap();
 }

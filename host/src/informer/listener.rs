@@ -136,6 +136,9 @@ pub struct ProcessorListener {
     /// Log entries before this sequence number were handled or skipped.
     consumed: AtomicU64,
     wake: Notify,
+    /// Something was queued into `private` since the processor's last
+    /// flush (which wakes this listener only then).
+    offered: AtomicBool,
     resync: Mutex<Resync>,
     /// Private initial-list adds not yet handled (with `consumed` and the
     /// log's `initial_end`, client-go's `SingleFileTracker`).
@@ -172,6 +175,7 @@ impl ProcessorListener {
             cursor: Mutex::new(None),
             consumed: AtomicU64::new(0),
             wake: Notify::new(),
+            offered: AtomicBool::new(false),
             resync: Mutex::new(Resync {
                 requested: requested_resync,
                 period: resync_period,
@@ -248,6 +252,8 @@ impl ProcessorListener {
         }
         let mut q = self.private.lock();
         self.push_private(&mut q, n.clone());
+        drop(q);
+        self.offered.store(true, Ordering::Release);
     }
 
     fn push_private(&self, q: &mut BoundedQueue, n: Notification) {
@@ -276,9 +282,16 @@ impl ProcessorListener {
         self.wake.notify_one();
     }
 
-    /// Tells the delivery task that the log grew.
+    /// Tells the delivery task that the processor distributed something:
+    /// a log reader always (the log grew); a listener with its own queue
+    /// only when something was queued for it since the last flush, so the
+    /// plugins whose filter keeps a notification out (another tenant's
+    /// objects) are not woken by it. With 1 000 plugins over 100 tenants,
+    /// waking them all cost every event 1 000 task wake-ups.
     pub(crate) fn wake(&self) {
-        self.wake.notify_one();
+        if !self.own_queue || self.offered.swap(false, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
     }
 
     /// Stops delivery and drops the buffer (the private queue and this

@@ -150,7 +150,8 @@ impl SharedProcessor {
         self.log.append(notification_log::Entry { notification: n, round });
     }
 
-    /// Wakes the listeners if anything was distributed since the last call.
+    /// Wakes the listeners if anything was distributed since the last call
+    /// (a listener with its own queue only if it was handed something).
     pub(crate) fn flush(&self) {
         let appended = self.log.appended();
         if self.flushed.swap(appended, Ordering::AcqRel) == appended {

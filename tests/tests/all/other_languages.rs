@@ -771,4 +771,3 @@ async fn bench_noop_and_metadata_per_language() {
     }
     eprintln!("\n{}\n{summary}\n{per}", table(&rows));
 }
-

@@ -53,6 +53,10 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+#[path = "common/plot.rs"]
+mod plot;
+use plot::plot;
+
 const OBJECTS: usize = 10_000;
 const TENANTS: usize = 100;
 /// The other informers and their objects each.
@@ -394,9 +398,10 @@ fn main() {
             let _ = writeln!(table, "{row}");
         }
     }
+    // A fragment of docs/benchmarks.md (`cargo run -p xtask -- bench-report`
+    // puts it there).
     let report = format!(
-        "# Scale benchmark\n\n`cargo bench -p informer-host --bench scale` ({} cores)\n\n{table}\n\
-         N processes: N × the peak RSS of one single-tenant process measured in the same run \
+        "{table}\n{} cores. N processes: N × the peak RSS of one single-tenant process measured in the same run \
          (one informer of one namespace's {} ConfigMaps, one native no-op handler, this engine): {}.\n",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         single["objects"],
@@ -421,6 +426,7 @@ fn main() {
     plot(
         &plots.join("scale-memory.svg"),
         "Peak RSS of the whole host against plugins",
+        "plugins",
         "MiB",
         &[
             ("reclaim off".into(), series("off", &mib_of("peak_rss"))),
@@ -431,6 +437,7 @@ fn main() {
     plot(
         &plots.join("scale-latency.svg"),
         "Source event to plugin call, 1 % of plugins busy",
+        "plugins",
         "µs",
         &[
             ("p50, reclaim off".into(), series("off", &of("p50_us"))),
@@ -442,55 +449,9 @@ fn main() {
     plot(
         &plots.join("scale-startup.svg"),
         "Start to every plugin's initial list delivered",
+        "plugins",
         "seconds",
         &[("reclaim off".into(), series("off", &of("synced_s"))), ("reclaim on".into(), series("on", &of("synced_s")))],
     );
     println!("\n{report}\nplots in {}", plots.display());
-}
-
-/// A line chart of `series` against the number of plugins, both axes
-/// logarithmic, as SVG at `path`.
-fn plot(path: &Path, title: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)]) {
-    use plotters::prelude::*;
-    let points = || series.iter().flat_map(|(_, s)| s.iter().copied()).filter(|&(x, y)| x > 0.0 && y > 0.0);
-    if points().next().is_none() {
-        return;
-    }
-    let (x_max, y_min, y_max) =
-        points().fold((1.0f64, f64::MAX, 0.0f64), |(a, b, c), (x, y)| (a.max(x), b.min(y), c.max(y)));
-    let root = SVGBackend::new(path, (760, 440)).into_drawing_area();
-    root.fill(&WHITE).unwrap();
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d((0.7..x_max * 1.5).log_scale(), (y_min / 1.5..y_max * 1.5).log_scale())
-        .unwrap();
-    chart
-        .configure_mesh()
-        .x_desc("plugins")
-        .y_desc(y_label)
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| if *y >= 10.0 { format!("{y:.0}") } else { format!("{y:.2}") })
-        .draw()
-        .unwrap();
-    for (i, (name, points)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let points: Vec<(f64, f64)> = points.iter().copied().filter(|&(x, y)| x > 0.0 && y > 0.0).collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-            .unwrap()
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled()))).unwrap();
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .unwrap();
-    root.present().unwrap();
 }

@@ -18,6 +18,9 @@ use informer_host::plugin::{CacheView, LoadedPlugin, PluginRuntime, PluginSpec, 
 use informer_host::source::MemorySource;
 use tokio_util::sync::CancellationToken;
 
+#[path = "common/plot.rs"]
+mod plot;
+
 fn config_map(i: usize, size: usize) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -129,6 +132,8 @@ fn main() {
     println!();
     println!("Delivery of N initial adds to K handlers on one informer (notifications/s, aggregate):");
     println!("{:<22} {:>5} {:>7} {:>14} {:>12}", "handler", "K", "N", "notif/s", "vs native");
+    // (handler, object size, K, notifications/s, % of native) for the report.
+    let mut rows: Vec<(String, &str, usize, f64, f64)> = Vec::new();
     for (size, label) in [(1024usize, "1KiB"), (64 * 1024, "64KiB")] {
         for k in [1usize, 10, 100] {
             let n = match (size, k) {
@@ -171,7 +176,66 @@ fn main() {
                     rate,
                     100.0 * rate / native_rate
                 );
+                rows.push((name.to_string(), label, k, rate, 100.0 * rate / native_rate));
             }
         }
     }
+    report(&rows);
+}
+
+/// Writes the delivery table as a fragment of docs/benchmarks.md
+/// (`target/bench-reports/wasm.md`, which `cargo run -p xtask --
+/// bench-report` puts there) and plots it (`docs/plots/wasm-throughput.svg`).
+fn report(rows: &[(String, &str, usize, f64, f64)]) {
+    use std::fmt::Write as _;
+    let ks = [1usize, 10, 100];
+    let mut table = String::from("| handler | object | K = 1 | K = 10 | K = 100 |\n| --- | --- | --- | --- | --- |\n");
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    for (name, label, ..) in rows {
+        if !names.contains(&(name.as_str(), *label)) {
+            names.push((name.as_str(), *label));
+        }
+    }
+    for (name, label) in &names {
+        let _ = write!(table, "| {name} | {label} |");
+        for k in ks {
+            match rows.iter().find(|r| r.0 == *name && r.1 == *label && r.2 == k) {
+                Some((.., rate, pct)) => {
+                    let _ = write!(table, " {} ({pct:.0} %) |", rate_text(*rate));
+                }
+                None => table.push_str(" – |"),
+            }
+        }
+        table.push('\n');
+    }
+    table.push_str(&format!(
+        "\nNotifications/s of N initial adds to K handlers on one informer, best of three, in % of the native \
+         no-op handler's rate in the same run ({} cores).\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    ));
+    let root = plugin_build::repo_root();
+    let dir = root.join("target/bench-reports");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("wasm.md"), &table).unwrap();
+    let series: Vec<(String, Vec<(f64, f64)>)> = names
+        .iter()
+        .filter(|(_, label)| *label == "1KiB")
+        .map(|(name, _)| {
+            let points = rows.iter().filter(|r| r.0 == *name && r.1 == "1KiB").map(|r| (r.2 as f64, r.3)).collect();
+            (name.to_string(), points)
+        })
+        .collect();
+    let plots = root.join("docs/plots");
+    std::fs::create_dir_all(&plots).unwrap();
+    plot::plot(
+        &plots.join("wasm-throughput.svg"),
+        "Notifications/s against handlers on one informer (1 KiB objects)",
+        "handlers",
+        "notifications/s",
+        &series,
+    );
+}
+
+fn rate_text(rate: f64) -> String {
+    if rate >= 1e6 { format!("{:.2} M/s", rate / 1e6) } else { format!("{:.0} k/s", rate / 1e3) }
 }

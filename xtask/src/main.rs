@@ -6,14 +6,25 @@
 //!   process, so Ctrl-C, SIGTERM and the exit status are the host's own.
 //! - `check [--debug]`: the same build, then `informer-host check` on the demo config.
 //! - `plugins`: builds the plugins only and prints where they are.
+//! - `bench-report`: runs the benchmarks that write report fragments
+//!   (`cargo bench -p informer-host --bench wasm` and `--bench scale`: their
+//!   tables into `target/bench-reports/<name>.md`, their plots into
+//!   `docs/plots/`), then puts each fragment into `docs/benchmarks.md`
+//!   between the markers `<!-- bench-report:<name> -->` and
+//!   `<!-- /bench-report:<name> -->`. `--no-run` only puts in what the last
+//!   runs wrote.
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context as _, bail};
 
-const USAGE: &str =
-    "usage: cargo run -p xtask -- <demo [--debug] [informer-host run args...] | check [--debug] | plugins>";
+const USAGE: &str = "usage: cargo run -p xtask -- <demo [--debug] [informer-host run args...] | check [--debug] | \
+                     plugins | bench-report [--no-run]>";
+
+/// The benchmarks `bench-report` runs, by bench target of `informer-host`;
+/// each writes `target/bench-reports/<name>.md`.
+const REPORTED_BENCHES: [&str; 2] = ["wasm", "scale"];
 
 fn main() -> ExitCode {
     match real_main() {
@@ -44,6 +55,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             println!("{}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
+        "bench-report" => bench_report(rest.iter().any(|a| a == "--no-run")),
         "" | "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -63,6 +75,46 @@ fn build_plugins() -> anyhow::Result<std::path::PathBuf> {
         eprintln!("xtask:   {}", path.strip_prefix(plugin_build::repo_root()).unwrap_or(&path).display());
     }
     Ok(dir)
+}
+
+/// Runs the reported benchmarks (unless `no_run`), then splices their
+/// fragments into docs/benchmarks.md.
+fn bench_report(no_run: bool) -> anyhow::Result<ExitCode> {
+    let root = plugin_build::repo_root();
+    if !no_run {
+        build_plugins()?;
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        for bench in REPORTED_BENCHES {
+            eprintln!("xtask: cargo bench -p informer-host --bench {bench}");
+            let status = Command::new(&cargo)
+                .current_dir(&root)
+                .args(["bench", "-p", "informer-host", "--bench", bench])
+                .status()
+                .with_context(|| format!("cannot run cargo bench --bench {bench}"))?;
+            if !status.success() {
+                bail!("cargo bench --bench {bench} failed ({status})");
+            }
+        }
+    }
+    let doc_path = root.join("docs/benchmarks.md");
+    let mut doc = std::fs::read_to_string(&doc_path).with_context(|| format!("reading {}", doc_path.display()))?;
+    for bench in REPORTED_BENCHES {
+        let fragment_path = root.join("target/bench-reports").join(format!("{bench}.md"));
+        let fragment = std::fs::read_to_string(&fragment_path)
+            .with_context(|| format!("reading {} (run without --no-run first)", fragment_path.display()))?;
+        doc = splice(&doc, bench, &fragment).with_context(|| format!("in {}", doc_path.display()))?;
+        eprintln!("xtask: {} ← {}", doc_path.display(), fragment_path.display());
+    }
+    std::fs::write(&doc_path, doc).with_context(|| format!("writing {}", doc_path.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `doc` with what lies between the markers of `name` replaced by `fragment`.
+fn splice(doc: &str, name: &str, fragment: &str) -> anyhow::Result<String> {
+    let (open, close) = (format!("<!-- bench-report:{name} -->"), format!("<!-- /bench-report:{name} -->"));
+    let start = doc.find(&open).with_context(|| format!("no marker {open}"))? + open.len();
+    let end = start + doc[start..].find(&close).with_context(|| format!("no marker {close} after {open}"))?;
+    Ok(format!("{}\n{}\n{}", &doc[..start], fragment.trim_end(), &doc[end..]))
 }
 
 /// Builds the plugins, then runs `cargo run -p informer-host -- <command>
@@ -101,4 +153,20 @@ fn exec(mut cmd: Command) -> anyhow::Result<ExitCode> {
 fn exec(mut cmd: Command) -> anyhow::Result<ExitCode> {
     let status = cmd.status().with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
     Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::splice;
+
+    #[test]
+    fn a_fragment_replaces_what_lies_between_its_markers_only() {
+        let doc = "a\n<!-- bench-report:x -->\nold\n<!-- /bench-report:x -->\nb <!-- bench-report:y -->\nkeep\n<!-- /bench-report:y -->\n";
+        let out = splice(doc, "x", "new\n").unwrap();
+        assert_eq!(
+            out,
+            "a\n<!-- bench-report:x -->\nnew\n<!-- /bench-report:x -->\nb <!-- bench-report:y -->\nkeep\n<!-- /bench-report:y -->\n"
+        );
+        assert!(splice(doc, "z", "new").unwrap_err().to_string().contains("no marker <!-- bench-report:z -->"));
+    }
 }

@@ -457,6 +457,11 @@ async fn c_trap_inside_a_batch_skips_exactly_that_notification() {
     trap_inside_a_batch_skips_exactly_that_notification("c-recorder").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_panic_inside_a_batch_skips_exactly_that_notification() {
+    trap_inside_a_batch_skips_exactly_that_notification("go-recorder").await;
+}
+
 /// `other`, the twin of the Rust `label-audit`, logs the same warnings on
 /// the same sequence, and refuses a misspelt option as Rust does.
 async fn label_audit_warns_like_the_rust_one(other: &str) {

@@ -37,6 +37,10 @@ bench:
     cargo bench -p informer-host --bench informer
     cargo bench -p informer-host --bench wasm
 
+# Run the reported benchmarks (wasm, scale) and rewrite docs/benchmarks.md's generated tables and docs/plots.
+bench-report:
+    cargo run --release -p xtask -- bench-report
+
 # What CI runs.
 ci:
     bash .ci/run

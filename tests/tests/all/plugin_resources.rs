@@ -644,8 +644,12 @@ async fn a_controller_plugin_from_a_registry_writes_in_its_namespace_as_its_serv
         assert!(p.path.starts_with("/apis/apps/v1/namespaces/team-a/deployments/web"), "{p:#?}");
         assert_eq!(p.impersonate_user.as_deref(), Some(PLUGINS_SA), "{p:#?}");
     }
-    let events = writes.iter().filter(|r| r.method == "POST" && r.path.ends_with("/events")).count();
-    assert_eq!(events, 2, "one Event per roll");
+    // The reloader records its Event after the patch: the second one may
+    // still be on its way when the roll is seen.
+    let events =
+        |c: &Cluster| c.server.writes().iter().filter(|r| r.method == "POST" && r.path.ends_with("/events")).count();
+    c.until("the second roll's Event", |c| events(c) >= 2).await;
+    assert_eq!(events(&c), 2, "one Event per roll");
     assert_eq!(hash(&c, "team-b", "/metadata/annotations"), None, "another namespace is never written");
 
     // Deleting it stops it: a change now is not acted on.

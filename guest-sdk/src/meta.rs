@@ -15,29 +15,36 @@ use crate::bindings::informer_host::plugin::types::Object as RawObject;
 const FIELDS: usize = 7;
 const NONE: u32 = u32::MAX;
 
-/// Encoded metadata of one or more objects, and where each record starts.
+/// Encoded metadata of one or more objects, and where each record's fields
+/// start.
 pub struct Records {
     bytes: Vec<u8>,
-    starts: Vec<usize>,
+    /// Per record, where each of its 7 fields starts, then where its labels
+    /// start: found in the one pass that indexes the buffer, so reading a
+    /// record's field walks nothing.
+    fields: Vec<[u32; FIELDS + 1]>,
 }
 
 impl Records {
     /// Indexes `bytes` (records as the WIT encodes them).
     pub(crate) fn new(bytes: Vec<u8>) -> Self {
-        let mut starts = Vec::new();
+        let mut records = Vec::new();
         let mut at = 0;
         while at < bytes.len() {
-            starts.push(at);
-            for _ in 0..FIELDS {
+            let mut fields = [0; FIELDS + 1];
+            for f in &mut fields[..FIELDS] {
+                *f = at as u32;
                 at = skip(&bytes, at);
             }
+            fields[FIELDS] = at as u32;
             let labels = u32_at(&bytes, at);
             at += 4;
             for _ in 0..2 * labels {
                 at = skip(&bytes, at);
             }
+            records.push(fields);
         }
-        Records { bytes, starts }
+        Records { bytes, fields: records }
     }
 
     /// One record built from an object's own accessors (an object that is
@@ -64,19 +71,12 @@ impl Records {
             put(&mut bytes, Some(k));
             put(&mut bytes, Some(v));
         }
-        Records { bytes, starts: vec![0] }
+        Records::new(bytes)
     }
 
     /// The metadata of record `index`.
     pub(crate) fn get(&self, index: usize) -> Meta<'_> {
-        let mut fields = [0; FIELDS + 1];
-        let mut at = self.starts[index];
-        for f in &mut fields[..FIELDS] {
-            *f = at;
-            at = skip(&self.bytes, at);
-        }
-        fields[FIELDS] = at;
-        Meta { bytes: &self.bytes, fields }
+        Meta { bytes: &self.bytes, fields: self.fields[index] }
     }
 }
 
@@ -92,14 +92,19 @@ fn skip(bytes: &[u8], at: usize) -> usize {
     }
 }
 
-/// The string at `at` (invalid UTF-8, which the host never sends, reads
-/// as empty) and the position after it.
+/// The string at `at` and the position after it.
 fn string(bytes: &[u8], at: usize) -> (Option<&str>, usize) {
     match u32_at(bytes, at) as u32 {
         NONE => (None, at + 4),
         len => {
             let end = at + 4 + len as usize;
-            (Some(std::str::from_utf8(&bytes[at + 4..end]).unwrap_or_default()), end)
+            let text = &bytes[at + 4..end];
+            debug_assert!(std::str::from_utf8(text).is_ok(), "the host sends UTF-8");
+            // SAFETY: every string in the buffer is a Rust `&str` the host
+            // copied (or one this SDK encoded from canonical-ABI strings, which
+            // the component model guarantees are UTF-8). wit-bindgen lifts
+            // strings the same way: validated in debug builds only.
+            (Some(unsafe { std::str::from_utf8_unchecked(text) }), end)
         }
     }
 }
@@ -120,12 +125,12 @@ fn string(bytes: &[u8], at: usize) -> (Option<&str>, usize) {
 pub struct Meta<'a> {
     bytes: &'a [u8],
     /// Where each of the 7 fields starts, then where the labels start.
-    fields: [usize; FIELDS + 1],
+    fields: [u32; FIELDS + 1],
 }
 
 impl<'a> Meta<'a> {
     fn field(&self, field: usize) -> Option<&'a str> {
-        string(self.bytes, self.fields[field]).0
+        string(self.bytes, self.fields[field] as usize).0
     }
     /// `namespace/name`, or `name` for a cluster-scoped object.
     pub fn key(&self) -> &'a str {
@@ -152,7 +157,7 @@ impl<'a> Meta<'a> {
     /// The labels, in the object's order.
     pub fn labels(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
         let bytes = self.bytes;
-        let mut at = self.fields[FIELDS];
+        let mut at = self.fields[FIELDS] as usize;
         let count = u32_at(bytes, at);
         at += 4;
         (0..count).map(move |_| {

@@ -117,11 +117,13 @@ fn main() {
     {
         let mut h = p.handler(None).unwrap();
         let rounds: usize = std::env::var("WASM_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(2000);
+        // WASM_BENCH_SKIP_EACH: measure only the batch path (for profiling it).
+        let each_rounds = if std::env::var("WASM_BENCH_SKIP_EACH").is_ok() { 0 } else { rounds };
         let t = Instant::now();
-        for _ in 0..rounds {
+        for _ in 0..each_rounds {
             assert!(deliver_each(&mut h, &refs).all_ok(refs.len()));
         }
-        let each = t.elapsed().as_nanos() as f64 / (rounds * 256) as f64;
+        let each = t.elapsed().as_nanos() as f64 / (each_rounds.max(1) * 256) as f64;
         let t = Instant::now();
         for _ in 0..rounds {
             assert!(h.deliver_many(&refs).all_ok(refs.len()));

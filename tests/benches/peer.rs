@@ -610,7 +610,7 @@ fn child(which: Impl, k: usize, backlog: bool) {
         if let Some((informer, regs)) = host_informer {
             let cached = informer.store().list();
             assert_eq!(cached.len(), n);
-            bytes_held = cached.iter().map(|o| o.memory_bytes()).sum::<usize>() as f64 / n as f64;
+            bytes_held = cached.iter().map(|o| o.bytes_held()).sum::<usize>() as f64 / n as f64;
             json_bytes = cached.iter().map(|o| o.json().len()).sum::<usize>() as f64 / n as f64;
             stop.cancel();
             let _ = tokio::time::timeout(Duration::from_secs(5), run).await;

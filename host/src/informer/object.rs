@@ -41,19 +41,32 @@ pub enum ObjectError {
 #[derive(Debug)]
 pub struct Object {
     json: Box<str>,
-    /// The parsed metadata, back to back in one allocation: key,
-    /// apiVersion, kind, uid, resourceVersion, then each label's key and
-    /// value in key order.
-    meta: Box<str>,
-    /// End offsets in `meta` of key, apiVersion, kind, uid, resourceVersion.
-    ends: [u32; 5],
-    /// End offsets in `meta` of each label key and value, in turn.
-    label_ends: Box<[u32]>,
-    /// Byte offset where the name starts inside the key (0 when cluster-scoped).
-    name_at: u32,
-    has_uid: bool,
-    has_resource_version: bool,
+    /// The parsed metadata, encoded exactly as `delivery.metadata` sends it
+    /// to plugins (see `wit/plugin.wit`): key, namespace, name, uid,
+    /// resourceVersion, apiVersion and kind, each a little-endian u32 length
+    /// (`u32::MAX`: none) and that many UTF-8 bytes, then a u32 label count
+    /// and each label's key and value, in key order, encoded the same way.
+    /// Keeping it in that form makes a batch's metadata one copy per object
+    /// for every plugin that reads it, instead of an encoding per plugin.
+    meta: Box<[u8]>,
+    /// Where each field's length starts in `meta`, in the order above, then
+    /// where the label count starts.
+    at: [u32; FIELDS + 1],
+    /// Where each label's key length starts in `meta` (its value follows).
+    labels: Box<[u32]>,
 }
+
+/// Metadata fields before the labels, in record order.
+const FIELDS: usize = 7;
+const KEY: usize = 0;
+const NAMESPACE: usize = 1;
+const NAME: usize = 2;
+const UID: usize = 3;
+const RESOURCE_VERSION: usize = 4;
+const API_VERSION: usize = 5;
+const KIND: usize = 6;
+/// The length that stands for an absent field.
+const NONE: u32 = u32::MAX;
 
 /// A string that borrows from the input unless it has escapes.
 #[derive(Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -83,8 +96,17 @@ struct Meta<'a> {
     labels: Option<BTreeMap<Text<'a>, Text<'a>>>,
 }
 
-fn offset(meta: &str) -> Result<u32, ObjectError> {
-    u32::try_from(meta.len()).map_err(|_| ObjectError::TooLarge)
+/// Appends one length-prefixed field to a metadata record.
+fn put(out: &mut Vec<u8>, s: Option<&str>) -> Result<u32, ObjectError> {
+    let at = u32::try_from(out.len()).map_err(|_| ObjectError::TooLarge)?;
+    match s {
+        Some(s) => {
+            out.extend_from_slice(&u32::try_from(s.len()).map_err(|_| ObjectError::TooLarge)?.to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        None => out.extend_from_slice(&NONE.to_le_bytes()),
+    }
+    Ok(at)
 }
 
 impl Object {
@@ -98,47 +120,36 @@ impl Object {
         let labels = meta.labels.unwrap_or_default();
         let api_version = head.api_version.unwrap_or_default();
         let kind = head.kind.unwrap_or_default();
-        let len = namespace.map_or(0, |ns| ns.len() + 1)
+        let key = match namespace {
+            Some(ns) => Cow::Owned(format!("{ns}/{name}")),
+            None => Cow::Borrowed(&*name),
+        };
+        let len = 4 * (FIELDS + 1 + 2 * labels.len())
+            + key.len()
+            + namespace.map_or(0, str::len)
             + name.len()
             + api_version.len()
             + kind.len()
             + meta.uid.as_deref().map_or(0, str::len)
             + meta.resource_version.as_deref().map_or(0, str::len)
             + labels.iter().map(|(k, v)| k.0.len() + v.0.len()).sum::<usize>();
-        let mut buf = String::with_capacity(len);
-        let mut ends = [0u32; 5];
-        let mut name_at = 0;
-        if let Some(ns) = namespace {
-            buf.push_str(ns);
-            buf.push('/');
-            name_at = offset(&buf)?;
-        }
-        buf.push_str(&name);
-        ends[0] = offset(&buf)?;
-        buf.push_str(&api_version);
-        ends[1] = offset(&buf)?;
-        buf.push_str(&kind);
-        ends[2] = offset(&buf)?;
-        buf.push_str(meta.uid.as_deref().unwrap_or(""));
-        ends[3] = offset(&buf)?;
-        buf.push_str(meta.resource_version.as_deref().unwrap_or(""));
-        ends[4] = offset(&buf)?;
-        let mut label_ends = Vec::with_capacity(labels.len() * 2);
+        let mut buf = Vec::with_capacity(len);
+        let mut at = [0u32; FIELDS + 1];
+        at[KEY] = put(&mut buf, Some(&key))?;
+        at[NAMESPACE] = put(&mut buf, namespace)?;
+        at[NAME] = put(&mut buf, Some(&name))?;
+        at[UID] = put(&mut buf, meta.uid.as_deref())?;
+        at[RESOURCE_VERSION] = put(&mut buf, meta.resource_version.as_deref())?;
+        at[API_VERSION] = put(&mut buf, Some(&api_version))?;
+        at[KIND] = put(&mut buf, Some(&kind))?;
+        at[FIELDS] = u32::try_from(buf.len()).map_err(|_| ObjectError::TooLarge)?;
+        buf.extend_from_slice(&u32::try_from(labels.len()).map_err(|_| ObjectError::TooLarge)?.to_le_bytes());
+        let mut label_at = Vec::with_capacity(labels.len());
         for (k, v) in &labels {
-            buf.push_str(&k.0);
-            label_ends.push(offset(&buf)?);
-            buf.push_str(&v.0);
-            label_ends.push(offset(&buf)?);
+            label_at.push(put(&mut buf, Some(&k.0))?);
+            put(&mut buf, Some(&v.0))?;
         }
-        Ok(Object {
-            meta: buf.into_boxed_str(),
-            ends,
-            label_ends: label_ends.into_boxed_slice(),
-            name_at,
-            has_uid: meta.uid.is_some(),
-            has_resource_version: meta.resource_version.is_some(),
-            json,
-        })
+        Ok(Object { meta: buf.into_boxed_slice(), at, labels: label_at.into_boxed_slice(), json })
     }
 
     /// Parses a raw JSON value taken from a list without copying it twice.
@@ -151,47 +162,57 @@ impl Object {
         Object::from_json(serde_json::to_string(value)?)
     }
 
-    /// `meta[from..to]`.
-    fn part(&self, from: u32, to: u32) -> &str {
-        &self.meta[from as usize..to as usize]
+    /// The field whose length starts at `at`, and where the next begins.
+    fn field_at(&self, at: u32) -> (Option<&str>, u32) {
+        let at = at as usize;
+        let len = u32::from_le_bytes(self.meta[at..at + 4].try_into().expect("4 bytes"));
+        if len == NONE {
+            return (None, at as u32 + 4);
+        }
+        let text = &self.meta[at + 4..at + 4 + len as usize];
+        // SAFETY: `from_json` wrote every field from a `&str`, and nothing
+        // changes `meta` afterwards; lengths and offsets are its own.
+        (Some(unsafe { std::str::from_utf8_unchecked(text) }), (at + 4) as u32 + len)
+    }
+
+    fn field(&self, field: usize) -> Option<&str> {
+        self.field_at(self.at[field]).0
     }
 
     /// The `i`-th label as (key, value).
     fn label_at(&self, i: usize) -> (&str, &str) {
-        let start = if i == 0 { self.ends[4] } else { self.label_ends[2 * i - 1] };
-        let (k, v) = (self.label_ends[2 * i], self.label_ends[2 * i + 1]);
-        (self.part(start, k), self.part(k, v))
+        let (k, next) = self.field_at(self.labels[i]);
+        (k.unwrap_or_default(), self.field_at(next).0.unwrap_or_default())
     }
 
     /// `namespace/name`, or `name` for cluster-scoped objects (client-go's
     /// `MetaNamespaceKeyFunc`).
     pub fn key(&self) -> &str {
-        self.part(0, self.ends[0])
+        self.field(KEY).unwrap_or_default()
     }
     pub fn name(&self) -> &str {
-        self.part(self.name_at, self.ends[0])
+        self.field(NAME).unwrap_or_default()
     }
     pub fn namespace(&self) -> Option<&str> {
-        (self.name_at > 0).then(|| self.part(0, self.name_at - 1))
+        self.field(NAMESPACE)
     }
     pub fn uid(&self) -> Option<&str> {
-        self.has_uid.then(|| self.part(self.ends[2], self.ends[3]))
+        self.field(UID)
     }
     pub fn resource_version(&self) -> Option<&str> {
-        self.has_resource_version.then(|| self.part(self.ends[3], self.ends[4]))
+        self.field(RESOURCE_VERSION)
     }
     pub fn api_version(&self) -> &str {
-        self.part(self.ends[0], self.ends[1])
+        self.field(API_VERSION).unwrap_or_default()
     }
     pub fn kind(&self) -> &str {
-        self.part(self.ends[1], self.ends[2])
+        self.field(KIND).unwrap_or_default()
     }
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
-        (0..self.label_ends.len() / 2).map(|i| self.label_at(i))
+        (0..self.labels.len()).map(|i| self.label_at(i))
     }
     pub fn label(&self, key: &str) -> Option<&str> {
-        let n = self.label_ends.len() / 2;
-        let (mut lo, mut hi) = (0, n);
+        let (mut lo, mut hi) = (0, self.labels.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
             let (k, v) = self.label_at(mid);
@@ -203,19 +224,15 @@ impl Object {
         }
         None
     }
+    /// The metadata record as plugins receive it from `delivery.metadata`
+    /// (the encoding is described on [`Object`]'s `meta` field and in
+    /// `wit/plugin.wit`).
+    pub fn metadata_record(&self) -> &[u8] {
+        &self.meta
+    }
     /// The JSON text of this version, as the source produced it.
     pub fn json(&self) -> &str {
         &self.json
-    }
-    /// Bytes this version holds in memory as a cache entry: the struct and
-    /// its `Arc` counts, plus what it owns on the heap (the JSON text, the
-    /// parsed metadata, the label offsets).
-    pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<Object>()
-            + 2 * std::mem::size_of::<usize>()
-            + self.json.len()
-            + self.meta.len()
-            + std::mem::size_of_val(&*self.label_ends)
     }
     /// The annotations, parsed from the JSON on demand (they are not kept).
     pub fn annotations(&self) -> Vec<(String, String)> {
@@ -243,7 +260,7 @@ impl Object {
             + std::mem::size_of::<Object>()
             + self.json.len()
             + self.meta.len()
-            + std::mem::size_of_val(&*self.label_ends)
+            + std::mem::size_of_val(&*self.labels)
     }
 }
 
@@ -307,6 +324,49 @@ mod tests {
         assert_eq!(bare.label("a"), None);
         let empty_rv = Object::from_json(r#"{"metadata":{"name":"n","resourceVersion":""}}"#).unwrap();
         assert_eq!(empty_rv.resource_version(), Some(""));
+    }
+
+    /// The record is what `delivery.metadata` promises plugins, field by
+    /// field, read back with an independent decoder.
+    #[test]
+    fn metadata_record_is_the_wit_encoding() {
+        fn decode(bytes: &[u8]) -> (Vec<Option<String>>, Vec<(String, String)>) {
+            fn u32_at(bytes: &[u8], at: &mut usize) -> u32 {
+                *at += 4;
+                u32::from_le_bytes(bytes[*at - 4..*at].try_into().unwrap())
+            }
+            let next = |at: &mut usize| {
+                let len = u32_at(bytes, at);
+                (len != u32::MAX).then(|| {
+                    *at += len as usize;
+                    std::str::from_utf8(&bytes[*at - len as usize..*at]).unwrap().to_string()
+                })
+            };
+            let mut at = 0;
+            let fields: Vec<_> = (0..7).map(|_| next(&mut at)).collect();
+            let count = u32_at(bytes, &mut at);
+            let labels = (0..count).map(|_| (next(&mut at).unwrap(), next(&mut at).unwrap())).collect();
+            assert_eq!(at, bytes.len(), "nothing after the labels");
+            (fields, labels)
+        }
+        let o = Object::from_json(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"7",
+                "labels":{"b":"2","a":"1"}}}"#,
+        )
+        .unwrap();
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            decode(o.metadata_record()),
+            (
+                vec![some("ns/a"), some("ns"), some("a"), None, some("7"), some("v1"), some("ConfigMap")],
+                vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+            )
+        );
+        let cluster = Object::from_json(r#"{"kind":"Namespace","metadata":{"name":"team-a","uid":"u"}}"#).unwrap();
+        assert_eq!(
+            decode(cluster.metadata_record()),
+            (vec![some("team-a"), None, some("team-a"), some("u"), None, some(""), some("Namespace")], vec![])
+        );
     }
 
     #[test]

@@ -195,37 +195,13 @@ impl Progress {
     }
 
     /// `delivery.metadata`: every lent object's metadata, encoded as the
-    /// WIT describes.
+    /// WIT describes, which is how each object keeps it: one copy each.
     fn metadata(&self) -> Vec<u8> {
-        fn put(out: &mut Vec<u8>, s: Option<&str>) {
-            match s {
-                Some(s) => {
-                    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                    out.extend_from_slice(s.as_bytes());
-                }
-                None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
-            }
-        }
-        let mut out = Vec::with_capacity(self.lent.len() * 128);
+        // SAFETY (both loops): see `lend`: the batch outlives the call this runs in.
+        let len = self.lent.iter().map(|lent| unsafe { &*lent.0 }.metadata_record().len()).sum();
+        let mut out = Vec::with_capacity(len);
         for lent in &self.lent {
-            // SAFETY: see `lend`: the batch outlives the call this runs in.
-            let obj: &ObjectRef = unsafe { &*lent.0 };
-            put(&mut out, Some(obj.key()));
-            put(&mut out, obj.namespace());
-            put(&mut out, Some(obj.name()));
-            put(&mut out, obj.uid());
-            put(&mut out, obj.resource_version());
-            put(&mut out, Some(obj.api_version()));
-            put(&mut out, Some(obj.kind()));
-            let count_at = out.len();
-            out.extend_from_slice(&0u32.to_le_bytes());
-            let mut count = 0u32;
-            for (k, v) in obj.labels() {
-                put(&mut out, Some(k));
-                put(&mut out, Some(v));
-                count += 1;
-            }
-            out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+            out.extend_from_slice(unsafe { &*lent.0 }.metadata_record());
         }
         out
     }

@@ -129,7 +129,7 @@ async fn bytes_per_object(server: &ApiServer, api_version: &str, kind: &str, str
     eventually("the informer synced", || informer.has_synced()).await;
     let objects = informer.indexer().list();
     assert_eq!(objects.len(), OBJECTS);
-    let bytes: usize = objects.iter().map(|o| o.memory_bytes()).sum();
+    let bytes: usize = objects.iter().map(|o| o.bytes_held()).sum();
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), run).await;
     bytes as f64 / objects.len() as f64

@@ -11,8 +11,11 @@
 //!   tables into `target/bench-reports/<name>.md`, their plots into
 //!   `docs/plots/`), then puts each fragment into `docs/benchmarks.md`
 //!   between the markers `<!-- bench-report:<name> -->` and
-//!   `<!-- /bench-report:<name> -->`. `--no-run` only puts in what the last
-//!   runs wrote.
+//!   `<!-- /bench-report:<name> -->`. `--languages` adds the per-language
+//!   figures (the e2e benchmark `other_languages::bench_noop_and_metadata_per_language`,
+//!   release build, which needs the Python, JavaScript and Go toolchains
+//!   `plugins/build-other-languages.sh` installs). `--no-run` only puts in
+//!   what the last runs wrote.
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -20,11 +23,15 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context as _, bail};
 
 const USAGE: &str = "usage: cargo run -p xtask -- <demo [--debug] [informer-host run args...] | check [--debug] | \
-                     plugins | bench-report [--no-run]>";
+                     plugins | bench-report [--no-run] [--languages]>";
 
 /// The benchmarks `bench-report` runs, by bench target of `informer-host`;
 /// each writes `target/bench-reports/<name>.md`.
 const REPORTED_BENCHES: [&str; 2] = ["wasm", "scale"];
+
+/// The e2e benchmark behind `bench-report --languages`; it writes
+/// `target/bench-reports/languages.md`.
+const LANGUAGES_BENCH: &str = "other_languages::bench_noop_and_metadata_per_language";
 
 fn main() -> ExitCode {
     match real_main() {
@@ -55,7 +62,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             println!("{}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
-        "bench-report" => bench_report(rest.iter().any(|a| a == "--no-run")),
+        "bench-report" => bench_report(rest.iter().any(|a| a == "--no-run"), rest.iter().any(|a| a == "--languages")),
         "" | "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -77,32 +84,54 @@ fn build_plugins() -> anyhow::Result<std::path::PathBuf> {
     Ok(dir)
 }
 
-/// Runs the reported benchmarks (unless `no_run`), then splices their
-/// fragments into docs/benchmarks.md.
-fn bench_report(no_run: bool) -> anyhow::Result<ExitCode> {
+/// Runs the reported benchmarks (unless `no_run`), with the per-language
+/// one if `languages`, then splices their fragments into docs/benchmarks.md.
+fn bench_report(no_run: bool, languages: bool) -> anyhow::Result<ExitCode> {
     let root = plugin_build::repo_root();
+    let mut fragments = REPORTED_BENCHES.to_vec();
+    if languages {
+        fragments.push("languages");
+    }
     if !no_run {
         build_plugins()?;
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        for bench in REPORTED_BENCHES {
-            eprintln!("xtask: cargo bench -p informer-host --bench {bench}");
+        let mut runs: Vec<Vec<&str>> =
+            REPORTED_BENCHES.iter().map(|bench| vec!["bench", "-p", "informer-host", "--bench", bench]).collect();
+        if languages {
+            runs.push(vec![
+                "test",
+                "--release",
+                "-p",
+                "e2e",
+                "--test",
+                "all",
+                "--",
+                "--ignored",
+                "--nocapture",
+                "--exact",
+                LANGUAGES_BENCH,
+            ]);
+        }
+        for args in runs {
+            let line = format!("cargo {}", args.join(" "));
+            eprintln!("xtask: {line}");
             let status = Command::new(&cargo)
                 .current_dir(&root)
-                .args(["bench", "-p", "informer-host", "--bench", bench])
+                .args(&args)
                 .status()
-                .with_context(|| format!("cannot run cargo bench --bench {bench}"))?;
+                .with_context(|| format!("cannot run {line}"))?;
             if !status.success() {
-                bail!("cargo bench --bench {bench} failed ({status})");
+                bail!("{line} failed ({status})");
             }
         }
     }
     let doc_path = root.join("docs/benchmarks.md");
     let mut doc = std::fs::read_to_string(&doc_path).with_context(|| format!("reading {}", doc_path.display()))?;
-    for bench in REPORTED_BENCHES {
-        let fragment_path = root.join("target/bench-reports").join(format!("{bench}.md"));
+    for name in fragments {
+        let fragment_path = root.join("target/bench-reports").join(format!("{name}.md"));
         let fragment = std::fs::read_to_string(&fragment_path)
             .with_context(|| format!("reading {} (run without --no-run first)", fragment_path.display()))?;
-        doc = splice(&doc, bench, &fragment).with_context(|| format!("in {}", doc_path.display()))?;
+        doc = splice(&doc, name, &fragment).with_context(|| format!("in {}", doc_path.display()))?;
         eprintln!("xtask: {} ← {}", doc_path.display(), fragment_path.display());
     }
     std::fs::write(&doc_path, doc).with_context(|| format!("writing {}", doc_path.display()))?;

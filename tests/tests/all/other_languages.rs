@@ -576,6 +576,9 @@ struct Figures {
     rss_per_instance: u64,
     /// Initial adds of [`OBJECTS`] objects on one informer, per second.
     adds_per_sec: f64,
+    /// Aggregate notifications/s of the same initial adds to each of
+    /// [`HANDLERS`] instances registered at once (K > 1 only).
+    per_handlers: Vec<(usize, f64)>,
     /// Nanoseconds per notification inside one handler: one call each (as
     /// before the batch path) and 256 per `on-batch` call.
     one_by_one_ns: f64,
@@ -586,11 +589,14 @@ struct Figures {
 
 const INSTANCES: usize = 20;
 const OBJECTS: usize = 5_000;
+/// Handlers on one informer for the throughput-against-handlers figures.
+const HANDLERS: [usize; 2] = [1, 10];
 
 /// Loads `plugin` without and with the disk cache, makes [`INSTANCES`]
 /// instances of it, then registers it on an informer holding [`OBJECTS`]
-/// config maps and times their initial adds.
-async fn measure(plugin: &str) -> Figures {
+/// config maps and times their initial adds; then, for each K of `ks`
+/// above 1, the initial adds to K instances registered at once.
+async fn measure(plugin: &str, ks: &[usize]) -> Figures {
     let lines = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut s = spec(plugin, &Log::default());
     let counter = lines.clone();
@@ -634,6 +640,20 @@ async fn measure(plugin: &str) -> Figures {
     assert_eq!(reg.stats().delivered.load(Ordering::Relaxed), OBJECTS as u64, "{plugin}");
     assert_eq!(reg.stats().crashed.load(Ordering::Relaxed) + reg.stats().failed.load(Ordering::Relaxed), 0);
     run.stop().await;
+    let mut per_handlers = vec![(1, OBJECTS as f64 / elapsed.as_secs_f64())];
+    for &k in ks.iter().filter(|&&k| k > 1) {
+        let run = Running::start(&src);
+        eventually("informer synced", || run.informer.has_synced()).await;
+        let started = Instant::now();
+        let regs: Vec<_> = (0..k).map(|_| run.add(&loaded)).collect();
+        eventually("initial adds to every handler", || regs.iter().all(|r| r.has_synced())).await;
+        let elapsed = started.elapsed();
+        for r in &regs {
+            assert_eq!(r.stats().delivered.load(Ordering::Relaxed), OBJECTS as u64, "{plugin} at K = {k}");
+        }
+        run.stop().await;
+        per_handlers.push((k, (k * OBJECTS) as f64 / elapsed.as_secs_f64()));
+    }
     Figures {
         plugin: plugin.to_owned(),
         size_bytes: loaded.info.size_bytes,
@@ -642,6 +662,7 @@ async fn measure(plugin: &str) -> Figures {
         instantiate: times[INSTANCES / 2],
         rss_per_instance,
         adds_per_sec: OBJECTS as f64 / elapsed.as_secs_f64(),
+        per_handlers,
         one_by_one_ns,
         batched_ns,
         lines: lines.load(Ordering::Relaxed),
@@ -720,7 +741,7 @@ fn table(rows: &[Figures]) -> String {
 async fn bench_recorders_per_language() {
     let mut rows = Vec::new();
     for plugin in ["recorder"].iter().chain(&RECORDERS) {
-        let f = measure(plugin).await;
+        let f = measure(plugin, &[1]).await;
         // An init per instance (3 loads, the handlers, the registration), a line per add.
         assert_eq!(f.lines, 3 + INSTANCES + 1 + OBJECTS, "{plugin}");
         rows.push(f);
@@ -744,35 +765,82 @@ async fn bench_noop_and_metadata_per_language() {
         for handler in ["noop", "metadata"] {
             let plugin = if lang == "rust" { handler.to_owned() } else { format!("{lang}-{handler}") };
             assert_eq!(language(&plugin), lang);
-            let f = measure(&plugin).await;
+            let f = measure(&plugin, &HANDLERS).await;
             assert_eq!(f.lines, 0, "{plugin} logs nothing");
             rows.push(f);
         }
     }
-    let mut summary = format!(
-        "{:<8} {:>9} {:>10} {:>12} {:>13} {:>12} {:>12}\n",
-        "language", "size MB", "compile s", "instance ms", "RSS/inst MiB", "noop/s", "metadata/s"
-    );
     let mut per = format!(
         "ns per notification, one call each -> 256 per on-batch call:\n{:<8} {:>22} {:>22}\n",
         "language", "noop", "metadata"
     );
     for pair in rows.chunks(2) {
         let (noop, metadata) = (&pair[0], &pair[1]);
-        summary.push_str(&format!(
-            "{:<8} {:>9.3} {:>10.2} {:>12.2} {:>13.2} {:>12.0} {:>12.0}\n",
-            language(&noop.plugin),
-            noop.size_bytes as f64 / 1e6,
-            noop.compile.as_secs_f64(),
-            noop.instantiate.as_secs_f64() * 1e3,
-            mib(noop.rss_per_instance),
-            noop.adds_per_sec,
-            metadata.adds_per_sec,
-        ));
         let cell = |f: &Figures| {
             format!("{:.0} -> {:.0} ({:.1}x)", f.one_by_one_ns, f.batched_ns, f.one_by_one_ns / f.batched_ns)
         };
         per.push_str(&format!("{:<8} {:>22} {:>22}\n", language(&noop.plugin), cell(noop), cell(metadata)));
     }
-    eprintln!("\n{}\n{summary}\n{per}", table(&rows));
+    eprintln!("\n{}\n{per}\n{}", table(&rows), report(&rows));
 }
+
+/// The per-language fragment of `docs/benchmarks.md`
+/// (`target/bench-reports/languages.md`, spliced in by `xtask bench-report
+/// --languages`) and its plot, `docs/plots/languages-throughput.svg`;
+/// returns the fragment.
+fn report(rows: &[Figures]) -> String {
+    let k_cols: Vec<String> = HANDLERS.iter().map(|k| format!("K = {k}")).collect();
+    let mut md = format!(
+        "| language | component | compile (no cache) | instantiate | RSS / instance | ns / notification (batched) | no-op/s {} | metadata/s {} |\n",
+        k_cols.join(", "),
+        k_cols.join(", ")
+    );
+    md.push_str("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let rates =
+        |f: &Figures| f.per_handlers.iter().map(|(_, r)| format!("{:.0} k", r / 1e3)).collect::<Vec<_>>().join(" / ");
+    let mut series = Vec::new();
+    for pair in rows.chunks(2) {
+        let (noop, metadata) = (&pair[0], &pair[1]);
+        let lang = match language(&noop.plugin) {
+            "rust" => "Rust",
+            "python" => "Python",
+            "js" => "JavaScript",
+            "c" => "C",
+            _ => "Go",
+        };
+        md.push_str(&format!(
+            "| {lang} | {:.2} MB | {:.2} s | {:.2} ms | {:.2} MiB | {:.0} (no-op) / {:.0} (metadata) | {} | {} |\n",
+            noop.size_bytes as f64 / 1e6,
+            noop.compile.as_secs_f64(),
+            noop.instantiate.as_secs_f64() * 1e3,
+            mib(noop.rss_per_instance),
+            noop.batched_ns,
+            metadata.batched_ns,
+            rates(noop),
+            rates(metadata),
+        ));
+        for (f, handler) in [(noop, "no-op"), (metadata, "metadata")] {
+            let points = f.per_handlers.iter().map(|&(k, r)| (k as f64, r)).collect();
+            series.push((format!("{lang} {handler}"), points));
+        }
+    }
+    md.push_str(&format!(
+        "\nInitial adds of {OBJECTS} config maps on one informer to K instances of each plugin, \
+         aggregate notifications/s, one run (2 cores); size, compile, instantiate (median of {INSTANCES}, with `init`) \
+         and RSS are the no-op plugin's; ns per notification inside one handler, 256 per `on-batch` call.\n"
+    ));
+    let dir = repo().join("target/bench-reports");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("languages.md"), &md).unwrap();
+    plot::plot(
+        &repo().join("docs/plots/languages-throughput.svg"),
+        "Notifications/s against handlers, per language",
+        "handlers on one informer (K)",
+        "notifications/s",
+        &series,
+    );
+    md
+}
+
+#[path = "../../../host/benches/common/plot.rs"]
+mod plot;

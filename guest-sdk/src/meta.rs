@@ -4,92 +4,93 @@
 //! The buffer is the batch's `delivery.metadata` (one host call per batch,
 //! shared by every object of the batch), or, for an object that is not a
 //! batch slot, the same encoding built once from the object's own
-//! accessors. The encoding is the WIT's: per object, key, namespace, name,
-//! uid, resource-version, api-version and kind, each a little-endian u32
-//! length then that many UTF-8 bytes (length `0xffffffff`: none); then a
+//! accessors. The encoding is the WIT's: per object, a header of nine
+//! little-endian u32s (the record's size, then where each of the seven
+//! fields and the label count start, counted from the record's start), then
+//! key, namespace, name, uid, resource-version, api-version and kind, each a
+//! u32 length then that many UTF-8 bytes (length `0xffffffff`: none); then a
 //! u32 label count and that many key/value pairs encoded the same way.
+//!
+//! The header is what makes a view cheap: finding a record is one read per
+//! record before it, and a field is two reads, where walking every field's
+//! length cost more than the copy of the whole buffer.
 
 use crate::bindings::informer_host::plugin::types::Object as RawObject;
 
 /// Fields before the labels in an object's record.
 const FIELDS: usize = 7;
+/// Bytes of a record's header.
+const HEADER: usize = 4 * (FIELDS + 2);
 const NONE: u32 = u32::MAX;
 
-/// Encoded metadata of one or more objects, and where each record's fields
-/// start.
+/// Encoded metadata of one or more objects, and where each record starts.
 pub struct Records {
     bytes: Vec<u8>,
-    /// Per record, where each of its 7 fields starts, then where its labels
-    /// start: found in the one pass that indexes the buffer, so reading a
-    /// record's field walks nothing.
-    fields: Vec<[u32; FIELDS + 1]>,
+    /// Where each record starts, found by following the records' sizes.
+    starts: Vec<u32>,
 }
 
 impl Records {
     /// Indexes `bytes` (records as the WIT encodes them).
     pub(crate) fn new(bytes: Vec<u8>) -> Self {
-        let mut records = Vec::new();
+        let mut starts = Vec::with_capacity(bytes.len() / HEADER);
         let mut at = 0;
         while at < bytes.len() {
-            let mut fields = [0; FIELDS + 1];
-            for f in &mut fields[..FIELDS] {
-                *f = at as u32;
-                at = skip(&bytes, at);
-            }
-            fields[FIELDS] = at as u32;
-            let labels = u32_at(&bytes, at);
-            at += 4;
-            for _ in 0..2 * labels {
-                at = skip(&bytes, at);
-            }
-            records.push(fields);
+            starts.push(at as u32);
+            // A size below the header's would never advance: the host never
+            // sends one, and the record's own reads would fail on it anyway.
+            at += u32_at(&bytes, at).max(HEADER);
         }
-        Records { bytes, fields: records }
+        Records { bytes, starts }
     }
 
     /// One record built from an object's own accessors (an object that is
     /// not a batch slot: `init`, a replay, one-at-a-time delivery).
     pub(crate) fn of(raw: &RawObject) -> Self {
-        let mut bytes = Vec::with_capacity(256);
-        let put = |out: &mut Vec<u8>, s: Option<&str>| match s {
-            Some(s) => {
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
+        let mut bytes = vec![0; HEADER];
+        let mut header = [0u32; FIELDS + 2];
+        let put = |out: &mut Vec<u8>, s: Option<&str>| {
+            let at = out.len() as u32;
+            match s {
+                Some(s) => {
+                    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                    out.extend_from_slice(s.as_bytes());
+                }
+                None => out.extend_from_slice(&NONE.to_le_bytes()),
             }
-            None => out.extend_from_slice(&NONE.to_le_bytes()),
+            at
         };
-        put(&mut bytes, Some(&raw.key()));
-        put(&mut bytes, raw.namespace().as_deref());
-        put(&mut bytes, Some(&raw.name()));
-        put(&mut bytes, raw.uid().as_deref());
-        put(&mut bytes, raw.resource_version().as_deref());
-        put(&mut bytes, Some(&raw.api_version()));
-        put(&mut bytes, Some(&raw.kind()));
+        header[1] = put(&mut bytes, Some(&raw.key()));
+        header[2] = put(&mut bytes, raw.namespace().as_deref());
+        header[3] = put(&mut bytes, Some(&raw.name()));
+        header[4] = put(&mut bytes, raw.uid().as_deref());
+        header[5] = put(&mut bytes, raw.resource_version().as_deref());
+        header[6] = put(&mut bytes, Some(&raw.api_version()));
+        header[7] = put(&mut bytes, Some(&raw.kind()));
+        header[8] = bytes.len() as u32;
         let labels = raw.labels();
         bytes.extend_from_slice(&(labels.len() as u32).to_le_bytes());
         for (k, v) in &labels {
             put(&mut bytes, Some(k));
             put(&mut bytes, Some(v));
         }
+        header[0] = bytes.len() as u32;
+        for (i, word) in header.iter().enumerate() {
+            bytes[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
+        }
         Records::new(bytes)
     }
 
     /// The metadata of record `index`.
     pub(crate) fn get(&self, index: usize) -> Meta<'_> {
-        Meta { bytes: &self.bytes, fields: self.fields[index] }
+        let start = self.starts[index] as usize;
+        let size = u32_at(&self.bytes, start);
+        Meta { record: &self.bytes[start..start + size] }
     }
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> usize {
     u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize
-}
-
-/// The position after the string at `at`.
-fn skip(bytes: &[u8], at: usize) -> usize {
-    match u32_at(bytes, at) as u32 {
-        NONE => at + 4,
-        len => at + 4 + len as usize,
-    }
 }
 
 /// The string at `at` and the position after it.
@@ -123,14 +124,14 @@ fn string(bytes: &[u8], at: usize) -> (Option<&str>, usize) {
 /// ```
 #[derive(Clone, Copy)]
 pub struct Meta<'a> {
-    bytes: &'a [u8],
-    /// Where each of the 7 fields starts, then where the labels start.
-    fields: [u32; FIELDS + 1],
+    /// This object's record, header included.
+    record: &'a [u8],
 }
 
 impl<'a> Meta<'a> {
+    /// Field `field` (0 key … 6 kind), where the header says it starts.
     fn field(&self, field: usize) -> Option<&'a str> {
-        string(self.bytes, self.fields[field] as usize).0
+        string(self.record, u32_at(self.record, 4 + 4 * field)).0
     }
     /// `namespace/name`, or `name` for a cluster-scoped object.
     pub fn key(&self) -> &'a str {
@@ -156,8 +157,8 @@ impl<'a> Meta<'a> {
     }
     /// The labels, in the object's order.
     pub fn labels(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
-        let bytes = self.bytes;
-        let mut at = self.fields[FIELDS] as usize;
+        let bytes = self.record;
+        let mut at = u32_at(bytes, 4 * (FIELDS + 1));
         let count = u32_at(bytes, at);
         at += 4;
         (0..count).map(move |_| {
@@ -177,7 +178,8 @@ impl<'a> Meta<'a> {
 mod tests {
     use super::*;
 
-    fn put(out: &mut Vec<u8>, s: Option<&str>) {
+    fn put(out: &mut Vec<u8>, s: Option<&str>) -> u32 {
+        let at = out.len() as u32;
         match s {
             Some(s) => {
                 out.extend_from_slice(&(s.len() as u32).to_le_bytes());
@@ -185,6 +187,27 @@ mod tests {
             }
             None => out.extend_from_slice(&NONE.to_le_bytes()),
         }
+        at
+    }
+
+    /// One record as the host encodes it, header first.
+    fn record(fields: [Option<&str>; FIELDS], labels: &[(&str, &str)]) -> Vec<u8> {
+        let mut out = vec![0; HEADER];
+        let mut header = [0u32; FIELDS + 2];
+        for (i, field) in fields.into_iter().enumerate() {
+            header[1 + i] = put(&mut out, field);
+        }
+        header[FIELDS + 1] = out.len() as u32;
+        out.extend_from_slice(&(labels.len() as u32).to_le_bytes());
+        for (k, v) in labels {
+            put(&mut out, Some(k));
+            put(&mut out, Some(v));
+        }
+        header[0] = out.len() as u32;
+        for (i, word) in header.iter().enumerate() {
+            out[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
+        }
+        out
     }
 
     #[test]
@@ -192,18 +215,7 @@ mod tests {
         let mut bytes = Vec::new();
         for (ns, labels) in [(Some("shop"), &[("app", "web"), ("tier", "")][..]), (None, &[][..])] {
             let key = ns.map_or("n".to_string(), |ns| format!("{ns}/n"));
-            put(&mut bytes, Some(&key));
-            put(&mut bytes, ns);
-            put(&mut bytes, Some("n"));
-            put(&mut bytes, None);
-            put(&mut bytes, Some("7"));
-            put(&mut bytes, Some("v1"));
-            put(&mut bytes, Some("ConfigMap"));
-            bytes.extend_from_slice(&(labels.len() as u32).to_le_bytes());
-            for (k, v) in labels {
-                put(&mut bytes, Some(k));
-                put(&mut bytes, Some(v));
-            }
+            bytes.extend(record([Some(&key), ns, Some("n"), None, Some("7"), Some("v1"), Some("ConfigMap")], labels));
         }
         let records = Records::new(bytes);
         let a = records.get(0);

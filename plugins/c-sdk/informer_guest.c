@@ -53,6 +53,11 @@ static int32_t lent_handle(uint32_t slot) {
   return batch.lent[slot];
 }
 
+// Bytes of a record's header in `delivery.metadata`: the record's size,
+// then the offsets (from the record's start) of its seven fields and of its
+// label count.
+#define RECORD_HEADER 36
+
 static uint32_t u32_at(size_t at) {
   if (at + 4 > batch.meta.len) ig_trap("the host's metadata buffer is truncated");
   uint32_t v;
@@ -80,11 +85,11 @@ static size_t record_of(uint32_t slot) {
     }
     size_t at = batch.next_record;
     batch.records[batch.decoded++] = at;
-    for (int i = 0; i < 7; i++) skip_string(&at);
-    uint32_t labels = u32_at(at);
-    at += 4;
-    for (uint32_t i = 0; i < 2 * labels; i++) skip_string(&at);
-    batch.next_record = at;
+    // A record starts with its size; a size below the header's is never
+    // sent and would not advance.
+    uint32_t size = u32_at(at);
+    if (size < RECORD_HEADER) ig_trap("the host's metadata buffer has a malformed record");
+    batch.next_record = at + size;
   }
   return batch.records[slot];
 }
@@ -107,17 +112,16 @@ static const char *string_at(size_t *at) {
 // 4 resource version, 5 api version, 6 kind.
 static const char *meta_field(ig_object obj, int field) {
   if (!batch.active) ig_trap("an object of a batch was used after its notification returned");
-  size_t at = record_of(slot_of(obj));
-  for (int i = 0; i < field; i++) skip_string(&at);
+  size_t record = record_of(slot_of(obj));
+  size_t at = record + u32_at(record + 4 + 4 * (size_t)field);
   return string_at(&at);
 }
 
 // The offset of the label count of an object's record.
 static size_t labels_of(ig_object obj) {
   if (!batch.active) ig_trap("an object of a batch was used after its notification returned");
-  size_t at = record_of(slot_of(obj));
-  for (int i = 0; i < 7; i++) skip_string(&at);
-  return at;
+  size_t record = record_of(slot_of(obj));
+  return record + u32_at(record + 4 + 4 * 7);
 }
 
 // ---- the per-call arena ---------------------------------------------------

@@ -24,9 +24,11 @@ func deliveryLend(slot uint32) uint32
 func deliveryMetadata(ret unsafe.Pointer)
 
 // batchMeta is the metadata of every object of the batch in flight
-// (`delivery.metadata`: per slot, key, namespace, name, uid,
-// resource-version, api-version and kind, each a little-endian u32 length
-// and the bytes, 0xffffffff for none; then a label count and the pairs),
+// (`delivery.metadata`: per slot, a header of nine little-endian u32s, the
+// record's size and where each of the seven fields and the label count
+// start; then key, namespace, name, uid, resource-version, api-version and
+// kind, each a u32 length and the bytes, 0xffffffff for none; then a label
+// count and the pairs),
 // fetched when the first object's metadata is read and decoded slot by
 // slot as far as objects are read.
 var batchMeta struct {
@@ -38,20 +40,15 @@ var batchMeta struct {
 
 const noString = 0xffffffff
 
+// metaHeader is the size of a record's header.
+const metaHeader = 36
+
 func metaU32(at uint32) uint32 {
 	b := batchMeta.buf
 	if uint64(at)+4 > uint64(len(b)) {
 		panic("informer-host guest: the host's metadata buffer is truncated")
 	}
 	return uint32(b[at]) | uint32(b[at+1])<<8 | uint32(b[at+2])<<16 | uint32(b[at+3])<<24
-}
-
-// metaSkip moves past the string at `at`.
-func metaSkip(at uint32) uint32 {
-	if n := metaU32(at); n != noString {
-		return at + 4 + n
-	}
-	return at + 4
 }
 
 // metaString is the string at `at` (a view into the buffer, which is
@@ -85,35 +82,29 @@ func metaRecord(slot uint32) uint32 {
 	for uint32(len(batchMeta.records)) <= slot {
 		at := batchMeta.next
 		batchMeta.records = append(batchMeta.records, at)
-		for i := 0; i < 7; i++ {
-			at = metaSkip(at)
+		// A record starts with its size; a size below the header's is
+		// never sent and would not advance.
+		size := metaU32(at)
+		if size < metaHeader {
+			panic("informer-host guest: the host's metadata buffer has a malformed record")
 		}
-		labels := metaU32(at)
-		at += 4
-		for i := uint32(0); i < 2*labels; i++ {
-			at = metaSkip(at)
-		}
-		batchMeta.next = at
+		batchMeta.next = at + size
 	}
 	return batchMeta.records[slot]
 }
 
-// metaField is field i (0 key ... 6 kind) of slot's metadata.
+// metaField is field i (0 key ... 6 kind) of slot's metadata, found
+// through the record's header.
 func metaField(slot uint32, field int) (string, bool) {
-	at := metaRecord(slot)
-	for i := 0; i < field; i++ {
-		at = metaSkip(at)
-	}
-	s, ok, _ := metaString(at)
+	record := metaRecord(slot)
+	s, ok, _ := metaString(record + metaU32(record+4+4*uint32(field)))
 	return s, ok
 }
 
 // metaLabels calls f with each label of slot until it returns false.
 func metaLabels(slot uint32, f func(k, v string) bool) {
-	at := metaRecord(slot)
-	for i := 0; i < 7; i++ {
-		at = metaSkip(at)
-	}
+	record := metaRecord(slot)
+	at := record + metaU32(record+4+4*7)
 	count := metaU32(at)
 	at += 4
 	for i := uint32(0); i < count; i++ {

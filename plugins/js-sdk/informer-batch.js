@@ -20,6 +20,9 @@ batchItem.begin = () => {
 };
 
 const NONE = 0xffffffff;
+// Bytes of a record's header in `delivery.metadata`: the record's size,
+// then the offsets of its seven fields and of its label count.
+const HEADER = 36;
 const utf8 = new TextDecoder();
 // componentize-js gives imported resources this method to drop the handle.
 const dispose = Symbol.dispose || Symbol.for('dispose');
@@ -47,6 +50,11 @@ class Metadata {
       this.view = new DataView(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength);
     }
     while (this.records.length <= slot) {
+      // A record's header: its size, then where each field starts.
+      // Decoding every field in order needs only the size.
+      const start = this.at;
+      const size = this.view.getUint32(start, true);
+      this.at = start + HEADER;
       const r = [];
       for (let i = 0; i < 7; i++) r.push(this.string());
       const count = this.view.getUint32(this.at, true);
@@ -55,6 +63,7 @@ class Metadata {
       for (let i = 0; i < count; i++) labels.push([this.string(), this.string()]);
       r.push(labels);
       this.records.push(r);
+      this.at = start + size;
     }
     return this.records[slot];
   }

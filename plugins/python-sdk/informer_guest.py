@@ -273,6 +273,9 @@ def _begin():
 
 _U32 = _struct.Struct("<I")
 _NONE = 0xFFFFFFFF
+# Bytes of a record's header in ``delivery.metadata``: the record's size,
+# then the offsets of its seven fields and of its label count.
+_HEADER = 36
 
 
 class _Metadata:
@@ -301,11 +304,17 @@ class _Metadata:
             self.buf = _delivery.metadata()
         records, string = self.records, self._string
         while len(records) <= slot:
+            # A record's header: its size, then where each field starts.
+            # Decoding every field in order needs only the size.
+            start = self.at
+            (size,) = _U32.unpack_from(self.buf, start)
+            self.at = start + _HEADER
             fields = tuple(string() for _ in range(7))
             (count,) = _U32.unpack_from(self.buf, self.at)
             self.at += 4
             labels = [(string(), string()) for _ in range(count)]
             records.append(fields + (labels,))
+            self.at = start + size
         return records[slot]
 
 

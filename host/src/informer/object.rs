@@ -42,16 +42,16 @@ pub enum ObjectError {
 pub struct Object {
     json: Box<str>,
     /// The parsed metadata, encoded exactly as `delivery.metadata` sends it
-    /// to plugins (see `wit/plugin.wit`): key, namespace, name, uid,
-    /// resourceVersion, apiVersion and kind, each a little-endian u32 length
+    /// to plugins (see `wit/plugin.wit`): a header of nine little-endian
+    /// u32s (the record's size, then where each of the seven fields and the
+    /// label count start, from the record's start), then key, namespace,
+    /// name, uid, resourceVersion, apiVersion and kind, each a u32 length
     /// (`u32::MAX`: none) and that many UTF-8 bytes, then a u32 label count
     /// and each label's key and value, in key order, encoded the same way.
     /// Keeping it in that form makes a batch's metadata one copy per object
-    /// for every plugin that reads it, instead of an encoding per plugin.
+    /// for every plugin that reads it, instead of an encoding per plugin;
+    /// the header lets a reader find any field without walking the others.
     meta: Box<[u8]>,
-    /// Where each field's length starts in `meta`, in the order above, then
-    /// where the label count starts.
-    at: [u32; FIELDS + 1],
     /// Where each label's key length starts in `meta` (its value follows).
     labels: Box<[u32]>,
 }
@@ -67,6 +67,9 @@ const API_VERSION: usize = 5;
 const KIND: usize = 6;
 /// The length that stands for an absent field.
 const NONE: u32 = u32::MAX;
+/// Bytes of a record's header: its size, then the offsets of the seven
+/// fields and of the label count.
+const HEADER: usize = 4 * (FIELDS + 2);
 
 /// A string that borrows from the input unless it has escapes.
 #[derive(Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -124,7 +127,8 @@ impl Object {
             Some(ns) => Cow::Owned(format!("{ns}/{name}")),
             None => Cow::Borrowed(&*name),
         };
-        let len = 4 * (FIELDS + 1 + 2 * labels.len())
+        let len = HEADER
+            + 4 * (FIELDS + 1 + 2 * labels.len())
             + key.len()
             + namespace.map_or(0, str::len)
             + name.len()
@@ -134,6 +138,7 @@ impl Object {
             + meta.resource_version.as_deref().map_or(0, str::len)
             + labels.iter().map(|(k, v)| k.0.len() + v.0.len()).sum::<usize>();
         let mut buf = Vec::with_capacity(len);
+        buf.resize(HEADER, 0);
         let mut at = [0u32; FIELDS + 1];
         at[KEY] = put(&mut buf, Some(&key))?;
         at[NAMESPACE] = put(&mut buf, namespace)?;
@@ -149,7 +154,11 @@ impl Object {
             label_at.push(put(&mut buf, Some(&k.0))?);
             put(&mut buf, Some(&v.0))?;
         }
-        Ok(Object { meta: buf.into_boxed_slice(), at, labels: label_at.into_boxed_slice(), json })
+        let size = u32::try_from(buf.len()).map_err(|_| ObjectError::TooLarge)?;
+        for (i, word) in std::iter::once(size).chain(at).enumerate() {
+            buf[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
+        }
+        Ok(Object { meta: buf.into_boxed_slice(), labels: label_at.into_boxed_slice(), json })
     }
 
     /// Parses a raw JSON value taken from a list without copying it twice.
@@ -175,8 +184,10 @@ impl Object {
         (Some(unsafe { std::str::from_utf8_unchecked(text) }), (at + 4) as u32 + len)
     }
 
+    /// Field `field` (`KEY` … `KIND`), found through the record's header.
     fn field(&self, field: usize) -> Option<&str> {
-        self.field_at(self.at[field]).0
+        let at = 4 + 4 * field;
+        self.field_at(u32::from_le_bytes(self.meta[at..at + 4].try_into().expect("4 bytes"))).0
     }
 
     /// The `i`-th label as (key, value).
@@ -343,7 +354,15 @@ mod tests {
                 })
             };
             let mut at = 0;
-            let fields: Vec<_> = (0..7).map(|_| next(&mut at)).collect();
+            let header: Vec<u32> = (0..9).map(|_| u32_at(bytes, &mut at)).collect();
+            assert_eq!(header[0] as usize, bytes.len(), "the header's size is the record's");
+            let fields: Vec<_> = (0..7)
+                .map(|i| {
+                    assert_eq!(header[1 + i] as usize, at, "the header says where field {i} starts");
+                    next(&mut at)
+                })
+                .collect();
+            assert_eq!(header[8] as usize, at, "the header says where the label count starts");
             let count = u32_at(bytes, &mut at);
             let labels = (0..count).map(|_| (next(&mut at).unwrap(), next(&mut at).unwrap())).collect();
             assert_eq!(at, bytes.len(), "nothing after the labels");

@@ -47,38 +47,19 @@ impl Records {
     /// One record built from an object's own accessors (an object that is
     /// not a batch slot: `init`, a replay, one-at-a-time delivery).
     pub(crate) fn of(raw: &RawObject) -> Self {
-        let mut bytes = vec![0; HEADER];
-        let mut header = [0u32; FIELDS + 2];
-        let put = |out: &mut Vec<u8>, s: Option<&str>| {
-            let at = out.len() as u32;
-            match s {
-                Some(s) => {
-                    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                    out.extend_from_slice(s.as_bytes());
-                }
-                None => out.extend_from_slice(&NONE.to_le_bytes()),
-            }
-            at
-        };
-        header[1] = put(&mut bytes, Some(&raw.key()));
-        header[2] = put(&mut bytes, raw.namespace().as_deref());
-        header[3] = put(&mut bytes, Some(&raw.name()));
-        header[4] = put(&mut bytes, raw.uid().as_deref());
-        header[5] = put(&mut bytes, raw.resource_version().as_deref());
-        header[6] = put(&mut bytes, Some(&raw.api_version()));
-        header[7] = put(&mut bytes, Some(&raw.kind()));
-        header[8] = bytes.len() as u32;
+        let (key, namespace, name, uid) = (raw.key(), raw.namespace(), raw.name(), raw.uid());
+        let (resource_version, api_version, kind) = (raw.resource_version(), raw.api_version(), raw.kind());
+        let fields = [
+            Some(key.as_str()),
+            namespace.as_deref(),
+            Some(name.as_str()),
+            uid.as_deref(),
+            resource_version.as_deref(),
+            Some(api_version.as_str()),
+            Some(kind.as_str()),
+        ];
         let labels = raw.labels();
-        bytes.extend_from_slice(&(labels.len() as u32).to_le_bytes());
-        for (k, v) in &labels {
-            put(&mut bytes, Some(k));
-            put(&mut bytes, Some(v));
-        }
-        header[0] = bytes.len() as u32;
-        for (i, word) in header.iter().enumerate() {
-            bytes[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
-        }
-        Records::new(bytes)
+        Records::new(encode(fields, labels.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
     }
 
     /// The metadata of record `index`.
@@ -87,6 +68,38 @@ impl Records {
         let size = u32_at(&self.bytes, start);
         Meta { record: &self.bytes[start..start + size] }
     }
+}
+
+/// One record in the WIT's encoding, header first: `fields` are key,
+/// namespace, name, uid, resource-version, api-version and kind.
+fn encode<'s>(fields: [Option<&str>; FIELDS], labels: impl ExactSizeIterator<Item = (&'s str, &'s str)>) -> Vec<u8> {
+    fn put(out: &mut Vec<u8>, s: Option<&str>) -> u32 {
+        let at = out.len() as u32;
+        match s {
+            Some(s) => {
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+            None => out.extend_from_slice(&NONE.to_le_bytes()),
+        }
+        at
+    }
+    let mut out = vec![0; HEADER];
+    let mut header = [0u32; FIELDS + 2];
+    for (i, field) in fields.into_iter().enumerate() {
+        header[1 + i] = put(&mut out, field);
+    }
+    header[FIELDS + 1] = out.len() as u32;
+    out.extend_from_slice(&(labels.len() as u32).to_le_bytes());
+    for (k, v) in labels {
+        put(&mut out, Some(k));
+        put(&mut out, Some(v));
+    }
+    header[0] = out.len() as u32;
+    for (i, word) in header.iter().enumerate() {
+        out[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
+    }
+    out
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> usize {
@@ -178,44 +191,15 @@ impl<'a> Meta<'a> {
 mod tests {
     use super::*;
 
-    fn put(out: &mut Vec<u8>, s: Option<&str>) -> u32 {
-        let at = out.len() as u32;
-        match s {
-            Some(s) => {
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            None => out.extend_from_slice(&NONE.to_le_bytes()),
-        }
-        at
-    }
-
-    /// One record as the host encodes it, header first.
-    fn record(fields: [Option<&str>; FIELDS], labels: &[(&str, &str)]) -> Vec<u8> {
-        let mut out = vec![0; HEADER];
-        let mut header = [0u32; FIELDS + 2];
-        for (i, field) in fields.into_iter().enumerate() {
-            header[1 + i] = put(&mut out, field);
-        }
-        header[FIELDS + 1] = out.len() as u32;
-        out.extend_from_slice(&(labels.len() as u32).to_le_bytes());
-        for (k, v) in labels {
-            put(&mut out, Some(k));
-            put(&mut out, Some(v));
-        }
-        header[0] = out.len() as u32;
-        for (i, word) in header.iter().enumerate() {
-            out[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
-        }
-        out
-    }
-
     #[test]
     fn views_read_every_field_of_every_record() {
         let mut bytes = Vec::new();
         for (ns, labels) in [(Some("shop"), &[("app", "web"), ("tier", "")][..]), (None, &[][..])] {
             let key = ns.map_or("n".to_string(), |ns| format!("{ns}/n"));
-            bytes.extend(record([Some(&key), ns, Some("n"), None, Some("7"), Some("v1"), Some("ConfigMap")], labels));
+            bytes.extend(encode(
+                [Some(&key), ns, Some("n"), None, Some("7"), Some("v1"), Some("ConfigMap")],
+                labels.iter().copied(),
+            ));
         }
         let records = Records::new(bytes);
         let a = records.get(0);

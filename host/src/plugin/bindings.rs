@@ -11,6 +11,7 @@ use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 
 use super::log_budget::sanitize;
+use super::metadata_list::MetadataList;
 use super::runtime::EPOCH_TICK;
 use super::sandbox::{HANDLE_COST, Sandbox};
 use crate::informer::ObjectRef;
@@ -194,16 +195,12 @@ impl Progress {
         self.lent.push(Lent(obj));
     }
 
-    /// `delivery.metadata`: every lent object's metadata, encoded as the
-    /// WIT describes, which is how each object keeps it: one copy each.
-    fn metadata(&self) -> Vec<u8> {
-        // SAFETY (both loops): see `lend`: the batch outlives the call this runs in.
-        let len = self.lent.iter().map(|lent| unsafe { &*lent.0 }.metadata_record().len()).sum();
-        let mut out = Vec::with_capacity(len);
-        for lent in &self.lent {
-            out.extend_from_slice(unsafe { &*lent.0 }.metadata_record());
-        }
-        out
+    /// `delivery.metadata`: every lent object's metadata record, in slot
+    /// order, which is the encoding the WIT describes.
+    fn metadata(&self) -> MetadataList {
+        // SAFETY: see `lend`: the batch outlives the call this runs in,
+        // whose result is lowered before the call returns.
+        unsafe { MetadataList::new(self.lent.iter().map(|lent| lent.0).collect()) }
     }
 
     /// The object in `slot`, if there is one.

@@ -80,6 +80,7 @@ pub(crate) mod bindings;
 pub(crate) mod handler;
 pub(crate) mod idle;
 pub(crate) mod log_budget;
+mod metadata_list;
 pub(crate) mod runtime;
 pub(crate) mod sandbox;
 mod stderr;

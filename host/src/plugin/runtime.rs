@@ -89,6 +89,11 @@ impl PluginRuntime {
     pub fn new(config: crate::plugin::RuntimeConfig) -> Result<Self, PluginError> {
         let mut c = Config::new();
         c.wasm_component_model(true).consume_fuel(true).epoch_interruption(true);
+        // `perf record` can name plugin functions when asked: the host writes
+        // /tmp/perf-<pid>.map as it compiles.
+        if std::env::var_os("INFORMER_WASM_PERFMAP").is_some() {
+            c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&c).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         {

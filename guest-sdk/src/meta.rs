@@ -13,7 +13,11 @@
 //!
 //! The header is what makes a view cheap: finding a record is one read per
 //! record before it, and a field is two reads, where walking every field's
-//! length cost more than the copy of the whole buffer.
+//! length cost more than the copy of the whole buffer. What a view costs
+//! then is how long those reads wait on one another (each field's length
+//! waits for its offset, each label's for the string before it), so a view
+//! reads through the buffer without first slicing out its record, which
+//! would add one more read to every chain.
 
 use crate::bindings::informer_host::plugin::types::Object as RawObject;
 
@@ -64,9 +68,7 @@ impl Records {
 
     /// The metadata of record `index`.
     pub(crate) fn get(&self, index: usize) -> Meta<'_> {
-        let start = self.starts[index] as usize;
-        let size = u32_at(&self.bytes, start);
-        Meta { record: &self.bytes[start..start + size] }
+        Meta { bytes: &self.bytes, start: self.starts[index] as usize }
     }
 }
 
@@ -137,14 +139,18 @@ fn string(bytes: &[u8], at: usize) -> (Option<&str>, usize) {
 /// ```
 #[derive(Clone, Copy)]
 pub struct Meta<'a> {
-    /// This object's record, header included.
-    record: &'a [u8],
+    /// The buffer holding this object's record.
+    bytes: &'a [u8],
+    /// Where the record starts in `bytes`. Reads go through the whole
+    /// buffer rather than a slice of the record: slicing would need the
+    /// record's size first, one more load every field read waits for.
+    start: usize,
 }
 
 impl<'a> Meta<'a> {
     /// Field `field` (0 key … 6 kind), where the header says it starts.
     fn field(&self, field: usize) -> Option<&'a str> {
-        string(self.record, u32_at(self.record, 4 + 4 * field)).0
+        string(self.bytes, self.start + u32_at(self.bytes, self.start + 4 + 4 * field)).0
     }
     /// `namespace/name`, or `name` for a cluster-scoped object.
     pub fn key(&self) -> &'a str {
@@ -170,8 +176,8 @@ impl<'a> Meta<'a> {
     }
     /// The labels, in the object's order.
     pub fn labels(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
-        let bytes = self.record;
-        let mut at = u32_at(bytes, 4 * (FIELDS + 1));
+        let bytes = self.bytes;
+        let mut at = self.start + u32_at(bytes, self.start + 4 * (FIELDS + 1));
         let count = u32_at(bytes, at);
         at += 4;
         (0..count).map(move |_| {

@@ -4,27 +4,27 @@
 //! The buffer is the batch's `delivery.metadata` (one host call per batch,
 //! shared by every object of the batch), or, for an object that is not a
 //! batch slot, the same encoding built once from the object's own
-//! accessors. The encoding is the WIT's: per object, a header of nine
-//! little-endian u32s (the record's size, then where each of the seven
-//! fields and the label count start, counted from the record's start), then
-//! key, namespace, name, uid, resource-version, api-version and kind, each a
-//! u32 length then that many UTF-8 bytes (length `0xffffffff`: none); then a
-//! u32 label count and that many key/value pairs encoded the same way.
+//! accessors. The encoding is the WIT's: per object, a header of sixteen
+//! little-endian u32s (the record's size; the offset, from the record's
+//! start, and length of each of key, namespace, name, uid,
+//! resource-version, api-version and kind, length `0xffffffff` for none;
+//! the label count `n`), then `2n + 1` offsets bounding each label's key
+//! and value, then the UTF-8 bytes.
 //!
-//! The header is what makes a view cheap: finding a record is one read per
-//! record before it, and a field is two reads, where walking every field's
-//! length cost more than the copy of the whole buffer. What a view costs
-//! then is how long those reads wait on one another (each field's length
-//! waits for its offset, each label's for the string before it), so a view
-//! reads through the buffer without first slicing out its record, which
-//! would add one more read to every chain.
+//! Every offset and length sits at a fixed place in the header or in the
+//! label table, so a view reads any field or label with one read after
+//! finding its record, never by walking the strings before it. A view
+//! reads through the whole buffer rather than first slicing out its record,
+//! which would put a read of the record's size in front of every other.
 
 use crate::bindings::informer_host::plugin::types::Object as RawObject;
 
 /// Fields before the labels in an object's record.
 const FIELDS: usize = 7;
-/// Bytes of a record's header.
-const HEADER: usize = 4 * (FIELDS + 2);
+/// The header's u32 that holds the label count.
+const LABEL_COUNT: usize = 1 + 2 * FIELDS;
+/// Bytes of a record's header; the label table follows it.
+const HEADER: usize = 4 * (LABEL_COUNT + 1);
 const NONE: u32 = u32::MAX;
 
 /// Encoded metadata of one or more objects, and where each record starts.
@@ -41,8 +41,10 @@ impl Records {
         let mut at = 0;
         while at < bytes.len() {
             starts.push(at as u32);
-            // A size below the header's would never advance: the host never
-            // sends one, and the record's own reads would fail on it anyway.
+            // A size below the header's would never advance. The host never
+            // sends one; reads through a malformed record stay inside the
+            // buffer (they are bounds-checked) and at worst read a
+            // neighbour's bytes.
             at += u32_at(&bytes, at).max(HEADER);
         }
         Records { bytes, starts }
@@ -75,32 +77,34 @@ impl Records {
 /// One record in the WIT's encoding, header first: `fields` are key,
 /// namespace, name, uid, resource-version, api-version and kind.
 fn encode<'s>(fields: [Option<&str>; FIELDS], labels: impl ExactSizeIterator<Item = (&'s str, &'s str)>) -> Vec<u8> {
-    fn put(out: &mut Vec<u8>, s: Option<&str>) -> u32 {
-        let at = out.len() as u32;
-        match s {
-            Some(s) => {
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
+    fn set(out: &mut [u8], i: usize, word: usize) {
+        out[4 * i..4 * i + 4].copy_from_slice(&(word as u32).to_le_bytes());
+    }
+    let mut out = vec![0; HEADER + 4 * (2 * labels.len() + 1)];
+    for (f, field) in fields.into_iter().enumerate() {
+        let at = out.len();
+        set(&mut out, 1 + 2 * f, at);
+        match field {
+            Some(text) => {
+                set(&mut out, 2 + 2 * f, text.len());
+                out.extend_from_slice(text.as_bytes());
             }
-            None => out.extend_from_slice(&NONE.to_le_bytes()),
+            None => set(&mut out, 2 + 2 * f, NONE as usize),
         }
-        at
     }
-    let mut out = vec![0; HEADER];
-    let mut header = [0u32; FIELDS + 2];
-    for (i, field) in fields.into_iter().enumerate() {
-        header[1 + i] = put(&mut out, field);
+    set(&mut out, LABEL_COUNT, labels.len());
+    let at = out.len();
+    set(&mut out, LABEL_COUNT + 1, at);
+    for (i, (k, v)) in labels.enumerate() {
+        out.extend_from_slice(k.as_bytes());
+        let at = out.len();
+        set(&mut out, LABEL_COUNT + 2 + 2 * i, at);
+        out.extend_from_slice(v.as_bytes());
+        let at = out.len();
+        set(&mut out, LABEL_COUNT + 3 + 2 * i, at);
     }
-    header[FIELDS + 1] = out.len() as u32;
-    out.extend_from_slice(&(labels.len() as u32).to_le_bytes());
-    for (k, v) in labels {
-        put(&mut out, Some(k));
-        put(&mut out, Some(v));
-    }
-    header[0] = out.len() as u32;
-    for (i, word) in header.iter().enumerate() {
-        out[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
-    }
+    let at = out.len();
+    set(&mut out, 0, at);
     out
 }
 
@@ -108,21 +112,15 @@ fn u32_at(bytes: &[u8], at: usize) -> usize {
     u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize
 }
 
-/// The string at `at` and the position after it.
-fn string(bytes: &[u8], at: usize) -> (Option<&str>, usize) {
-    match u32_at(bytes, at) as u32 {
-        NONE => (None, at + 4),
-        len => {
-            let end = at + 4 + len as usize;
-            let text = &bytes[at + 4..end];
-            debug_assert!(std::str::from_utf8(text).is_ok(), "the host sends UTF-8");
-            // SAFETY: every string in the buffer is a Rust `&str` the host
-            // copied (or one this SDK encoded from canonical-ABI strings, which
-            // the component model guarantees are UTF-8). wit-bindgen lifts
-            // strings the same way: validated in debug builds only.
-            (Some(unsafe { std::str::from_utf8_unchecked(text) }), end)
-        }
-    }
+/// The bytes `start..end` as text.
+fn text(bytes: &[u8], start: usize, end: usize) -> &str {
+    let text = &bytes[start..end];
+    debug_assert!(std::str::from_utf8(text).is_ok(), "the host sends UTF-8");
+    // SAFETY: every string in the buffer is a Rust `&str` the host copied
+    // (or one this SDK encoded from canonical-ABI strings, which the
+    // component model guarantees are UTF-8). wit-bindgen lifts strings the
+    // same way: validated in debug builds only.
+    unsafe { std::str::from_utf8_unchecked(text) }
 }
 
 /// An object's metadata, borrowed: every accessor returns a view into the
@@ -148,9 +146,12 @@ pub struct Meta<'a> {
 }
 
 impl<'a> Meta<'a> {
-    /// Field `field` (0 key … 6 kind), where the header says it starts.
+    /// Field `field` (0 key … 6 kind), where the header says it is.
     fn field(&self, field: usize) -> Option<&'a str> {
-        string(self.bytes, self.start + u32_at(self.bytes, self.start + 4 + 4 * field)).0
+        let at = self.start + 4 + 8 * field;
+        let (offset, len) = (u32_at(self.bytes, at), u32_at(self.bytes, at + 4));
+        let start = self.start + offset;
+        (len != NONE as usize).then(|| text(self.bytes, start, start + len))
     }
     /// `namespace/name`, or `name` for a cluster-scoped object.
     pub fn key(&self) -> &'a str {
@@ -176,15 +177,13 @@ impl<'a> Meta<'a> {
     }
     /// The labels, in the object's order.
     pub fn labels(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
-        let bytes = self.bytes;
-        let mut at = self.start + u32_at(bytes, self.start + 4 * (FIELDS + 1));
-        let count = u32_at(bytes, at);
-        at += 4;
-        (0..count).map(move |_| {
-            let (k, next) = string(bytes, at);
-            let (v, next) = string(bytes, next);
-            at = next;
-            (k.unwrap_or_default(), v.unwrap_or_default())
+        let (bytes, start) = (self.bytes, self.start);
+        let count = u32_at(bytes, start + 4 * LABEL_COUNT);
+        (0..count).map(move |i| {
+            // Label i's key and value lie between bounds 2i, 2i + 1, 2i + 2.
+            let at = start + HEADER + 8 * i;
+            let (k, v, end) = (u32_at(bytes, at), u32_at(bytes, at + 4), u32_at(bytes, at + 8));
+            (text(bytes, start + k, start + v), text(bytes, start + v, start + end))
         })
     }
     /// The value of one label.

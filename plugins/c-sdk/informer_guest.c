@@ -53,22 +53,16 @@ static int32_t lent_handle(uint32_t slot) {
   return batch.lent[slot];
 }
 
-// Bytes of a record's header in `delivery.metadata`: the record's size,
-// then the offsets (from the record's start) of its seven fields and of its
-// label count.
-#define RECORD_HEADER 36
+// Bytes of a record's header in `delivery.metadata`: the record's size; the
+// offset (from the record's start) and length of each of its seven fields;
+// its label count. The label table of 2n + 1 offsets follows it.
+#define RECORD_HEADER 64
 
 static uint32_t u32_at(size_t at) {
   if (at + 4 > batch.meta.len) ig_trap("the host's metadata buffer is truncated");
   uint32_t v;
   memcpy(&v, batch.meta.ptr + at, 4);
   return v;
-}
-
-// Skips one encoded string at `*at`.
-static void skip_string(size_t *at) {
-  uint32_t n = u32_at(*at);
-  *at += 4 + (n == UINT32_MAX ? 0 : n);
 }
 
 // The offset of `slot`'s record in the batch's metadata buffer.
@@ -94,34 +88,38 @@ static size_t record_of(uint32_t slot) {
   return batch.records[slot];
 }
 
-// The string at `*at` as a NUL-terminated copy in the arena (NULL for none);
-// moves `*at` past it.
-static const char *string_at(size_t *at) {
-  uint32_t n = u32_at(*at);
-  *at += 4;
-  if (n == UINT32_MAX) return NULL;
-  if (*at + n > batch.meta.len) ig_trap("the host's metadata buffer is truncated");
-  char *s = ig_alloc((size_t)n + 1);
-  memcpy(s, batch.meta.ptr + *at, n);
-  s[n] = '\0';
-  *at += n;
+// The buffer's bytes `start..end` as a NUL-terminated copy in the arena.
+static const char *text_at(size_t start, size_t end) {
+  if (start > end || end > batch.meta.len) ig_trap("the host's metadata buffer has a malformed record");
+  char *s = ig_alloc(end - start + 1);
+  memcpy(s, batch.meta.ptr + start, end - start);
+  s[end - start] = '\0';
   return s;
 }
 
-// Field `field` of an object's metadata: 0 key, 1 namespace, 2 name, 3 uid,
-// 4 resource version, 5 api version, 6 kind.
-static const char *meta_field(ig_object obj, int field) {
+static size_t record_checked(ig_object obj) {
   if (!batch.active) ig_trap("an object of a batch was used after its notification returned");
-  size_t record = record_of(slot_of(obj));
-  size_t at = record + u32_at(record + 4 + 4 * (size_t)field);
-  return string_at(&at);
+  return record_of(slot_of(obj));
 }
 
-// The offset of the label count of an object's record.
-static size_t labels_of(ig_object obj) {
-  if (!batch.active) ig_trap("an object of a batch was used after its notification returned");
-  size_t record = record_of(slot_of(obj));
-  return record + u32_at(record + 4 + 4 * 7);
+// Field `field` of an object's metadata: 0 key, 1 namespace, 2 name, 3 uid,
+// 4 resource version, 5 api version, 6 kind. NULL for none.
+static const char *meta_field(ig_object obj, int field) {
+  size_t record = record_checked(obj);
+  size_t start = record + u32_at(record + 4 + 8 * (size_t)field);
+  uint32_t n = u32_at(record + 8 + 8 * (size_t)field);
+  return n == UINT32_MAX ? NULL : text_at(start, start + n);
+}
+
+// An object's labels: where its record starts and how many there are.
+// Label i's key and value lie between bounds 2i, 2i + 1 and 2i + 2.
+static uint32_t labels_of(ig_object obj, size_t *record) {
+  *record = record_checked(obj);
+  return u32_at(*record + 4 * 15);
+}
+
+static size_t label_bound(size_t record, size_t j) {
+  return record + u32_at(record + RECORD_HEADER + 4 * j);
 }
 
 // ---- the per-call arena ---------------------------------------------------
@@ -268,18 +266,14 @@ STRING_ACCESSOR(ig_json_text, json, -1)
 
 const char *ig_label(ig_object obj, const char *key) {
   if (is_lendable(obj)) {
-    size_t at = labels_of(obj);
-    uint32_t count = u32_at(at);
-    at += 4;
+    size_t record;
+    uint32_t count = labels_of(obj, &record);
     size_t len = strlen(key);
     for (uint32_t i = 0; i < count; i++) {
-      uint32_t n = u32_at(at);
-      if (n == len && at + 4 + n <= batch.meta.len && memcmp(batch.meta.ptr + at + 4, key, n) == 0) {
-        skip_string(&at);
-        return string_at(&at);
+      size_t k = label_bound(record, 2 * (size_t)i), v = label_bound(record, 2 * (size_t)i + 1);
+      if (k <= v && v <= batch.meta.len && v - k == len && memcmp(batch.meta.ptr + k, key, len) == 0) {
+        return text_at(v, label_bound(record, 2 * (size_t)i + 2));
       }
-      skip_string(&at);
-      skip_string(&at);
     }
     return NULL;
   }
@@ -309,13 +303,13 @@ static size_t take_pairs(batched_handler_list_tuple2_string_string_t list, const
 
 size_t ig_labels(ig_object obj, const ig_pair **pairs) {
   if (is_lendable(obj)) {
-    size_t at = labels_of(obj);
-    uint32_t count = u32_at(at);
-    at += 4;
+    size_t record;
+    uint32_t count = labels_of(obj, &record);
     ig_pair *out = ig_alloc(count * sizeof *out);
     for (uint32_t i = 0; i < count; i++) {
-      out[i].key = string_at(&at);
-      out[i].value = string_at(&at);
+      size_t k = label_bound(record, 2 * (size_t)i), v = label_bound(record, 2 * (size_t)i + 1);
+      out[i].key = text_at(k, v);
+      out[i].value = text_at(v, label_bound(record, 2 * (size_t)i + 2));
     }
     *pairs = out;
     return count;

@@ -24,13 +24,13 @@ func deliveryLend(slot uint32) uint32
 func deliveryMetadata(ret unsafe.Pointer)
 
 // batchMeta is the metadata of every object of the batch in flight
-// (`delivery.metadata`: per slot, a header of nine little-endian u32s, the
-// record's size and where each of the seven fields and the label count
-// start; then key, namespace, name, uid, resource-version, api-version and
-// kind, each a u32 length and the bytes, 0xffffffff for none; then a label
-// count and the pairs),
-// fetched when the first object's metadata is read and decoded slot by
-// slot as far as objects are read.
+// (`delivery.metadata`: per slot, a header of sixteen little-endian u32s,
+// the record's size, the offset from the record's start and the length of
+// each of key, namespace, name, uid, resource-version, api-version and
+// kind, 0xffffffff for none, and the label count n; then 2n + 1 offsets
+// bounding each label's key and value; then the bytes), fetched when the
+// first object's metadata is read and decoded slot by slot as far as
+// objects are read.
 var batchMeta struct {
 	fetched bool
 	buf     []byte
@@ -40,8 +40,8 @@ var batchMeta struct {
 
 const noString = 0xffffffff
 
-// metaHeader is the size of a record's header.
-const metaHeader = 36
+// metaHeader is the size of a record's header; the label table follows it.
+const metaHeader = 64
 
 func metaU32(at uint32) uint32 {
 	b := batchMeta.buf
@@ -51,20 +51,16 @@ func metaU32(at uint32) uint32 {
 	return uint32(b[at]) | uint32(b[at+1])<<8 | uint32(b[at+2])<<16 | uint32(b[at+3])<<24
 }
 
-// metaString is the string at `at` (a view into the buffer, which is
-// never written again) and where the next one starts.
-func metaString(at uint32) (string, bool, uint32) {
-	n := metaU32(at)
-	if n == noString {
-		return "", false, at + 4
+// metaText is the buffer's bytes start..end as a string (a view into the
+// buffer, which is never written again).
+func metaText(start, end uint32) string {
+	if start > end || uint64(end) > uint64(len(batchMeta.buf)) {
+		panic("informer-host guest: the host's metadata buffer has a malformed record")
 	}
-	if uint64(at)+4+uint64(n) > uint64(len(batchMeta.buf)) {
-		panic("informer-host guest: the host's metadata buffer is truncated")
+	if start == end {
+		return ""
 	}
-	if n == 0 {
-		return "", true, at + 4
-	}
-	return unsafe.String(&batchMeta.buf[at+4], n), true, at + 4 + n
+	return unsafe.String(&batchMeta.buf[start], end-start)
 }
 
 // metaRecord is the offset of slot's record.
@@ -97,21 +93,23 @@ func metaRecord(slot uint32) uint32 {
 // through the record's header.
 func metaField(slot uint32, field int) (string, bool) {
 	record := metaRecord(slot)
-	s, ok, _ := metaString(record + metaU32(record+4+4*uint32(field)))
-	return s, ok
+	start := record + metaU32(record+4+8*uint32(field))
+	n := metaU32(record + 8 + 8*uint32(field))
+	if n == noString {
+		return "", false
+	}
+	return metaText(start, start+n), true
 }
 
 // metaLabels calls f with each label of slot until it returns false.
+// Label i's key and value lie between bounds 2i, 2i + 1 and 2i + 2.
 func metaLabels(slot uint32, f func(k, v string) bool) {
 	record := metaRecord(slot)
-	at := record + metaU32(record+4+4*7)
-	count := metaU32(at)
-	at += 4
+	count := metaU32(record + 4*15)
+	bound := func(j uint32) uint32 { return record + metaU32(record+metaHeader+4*j) }
 	for i := uint32(0); i < count; i++ {
-		k, _, next := metaString(at)
-		v, _, next := metaString(next)
-		at = next
-		if !f(k, v) {
+		k, v := bound(2*i), bound(2*i+1)
+		if !f(metaText(k, v), metaText(v, bound(2*i+2))) {
 			return
 		}
 	}

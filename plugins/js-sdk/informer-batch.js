@@ -20,9 +20,10 @@ batchItem.begin = () => {
 };
 
 const NONE = 0xffffffff;
-// Bytes of a record's header in `delivery.metadata`: the record's size,
-// then the offsets of its seven fields and of its label count.
-const HEADER = 36;
+// Bytes of a record's header in `delivery.metadata`: the record's size;
+// the offset and length of each of its seven fields; its label count. The
+// label table of 2n + 1 offsets follows it.
+const HEADER = 64;
 const utf8 = new TextDecoder();
 // componentize-js gives imported resources this method to drop the handle.
 const dispose = Symbol.dispose || Symbol.for('dispose');
@@ -35,13 +36,11 @@ class Metadata {
     this.at = 0;
     this.records = [];
   }
-  string() {
-    const n = this.view.getUint32(this.at, true);
-    this.at += 4;
-    if (n === NONE) return undefined;
-    const s = utf8.decode(this.bytes.subarray(this.at, this.at + n));
-    this.at += n;
-    return s;
+  u32(at) {
+    return this.view.getUint32(at, true);
+  }
+  text(start, end) {
+    return utf8.decode(this.bytes.subarray(start, end));
   }
   /** [key, namespace, name, uid, resourceVersion, apiVersion, kind, labels]. */
   record(slot) {
@@ -50,20 +49,23 @@ class Metadata {
       this.view = new DataView(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength);
     }
     while (this.records.length <= slot) {
-      // A record's header: its size, then where each field starts.
-      // Decoding every field in order needs only the size.
       const start = this.at;
-      const size = this.view.getUint32(start, true);
-      this.at = start + HEADER;
       const r = [];
-      for (let i = 0; i < 7; i++) r.push(this.string());
-      const count = this.view.getUint32(this.at, true);
-      this.at += 4;
+      for (let f = 0; f < 7; f++) {
+        const offset = start + this.u32(start + 4 + 8 * f);
+        const n = this.u32(start + 8 + 8 * f);
+        r.push(n === NONE ? undefined : this.text(offset, offset + n));
+      }
+      const count = this.u32(start + 60);
+      // Label i's key and value lie between bounds 2i, 2i + 1 and 2i + 2.
+      const bound = (j) => start + this.u32(start + HEADER + 4 * j);
       const labels = [];
-      for (let i = 0; i < count; i++) labels.push([this.string(), this.string()]);
+      for (let i = 0; i < count; i++) {
+        labels.push([this.text(bound(2 * i), bound(2 * i + 1)), this.text(bound(2 * i + 1), bound(2 * i + 2))]);
+      }
       r.push(labels);
       this.records.push(r);
-      this.at = start + size;
+      this.at = start + this.u32(start);
     }
     return this.records[slot];
   }

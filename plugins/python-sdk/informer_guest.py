@@ -271,11 +271,11 @@ def _begin():
     _delivery.begin(_item[0])
 
 
-_U32 = _struct.Struct("<I")
 _NONE = 0xFFFFFFFF
-# Bytes of a record's header in ``delivery.metadata``: the record's size,
-# then the offsets of its seven fields and of its label count.
-_HEADER = 36
+# A record's header in ``delivery.metadata``: its size; the offset and
+# length of each of its seven fields; its label count. The label table of
+# 2n + 1 offsets follows it.
+_HEADER = _struct.Struct("<16I")
 
 
 class _Metadata:
@@ -288,33 +288,31 @@ class _Metadata:
         self.at = 0
         self.records = []
 
-    def _string(self):
-        (n,) = _U32.unpack_from(self.buf, self.at)
-        self.at += 4
-        if n == _NONE:
-            return None
-        start = self.at
-        self.at += n
-        return self.buf[start : self.at].decode()
-
     def record(self, slot):
         """(key, namespace, name, uid, resource version, api version, kind,
         labels as a list of pairs) of ``slot``."""
         if self.buf is None:
             self.buf = _delivery.metadata()
-        records, string = self.records, self._string
+        buf, records = self.buf, self.records
         while len(records) <= slot:
-            # A record's header: its size, then where each field starts.
-            # Decoding every field in order needs only the size.
             start = self.at
-            (size,) = _U32.unpack_from(self.buf, start)
-            self.at = start + _HEADER
-            fields = tuple(string() for _ in range(7))
-            (count,) = _U32.unpack_from(self.buf, self.at)
-            self.at += 4
-            labels = [(string(), string()) for _ in range(count)]
+            header = _HEADER.unpack_from(buf, start)
+            fields = tuple(
+                None if header[2 + 2 * f] == _NONE
+                else buf[start + header[1 + 2 * f] : start + header[1 + 2 * f] + header[2 + 2 * f]].decode()
+                for f in range(7)
+            )
+            count = header[15]
+            bounds = _struct.unpack_from(f"<{2 * count + 1}I", buf, start + _HEADER.size)
+            labels = [
+                (
+                    buf[start + bounds[2 * i] : start + bounds[2 * i + 1]].decode(),
+                    buf[start + bounds[2 * i + 1] : start + bounds[2 * i + 2]].decode(),
+                )
+                for i in range(count)
+            ]
             records.append(fields + (labels,))
-            self.at = start + size
+            self.at = start + header[0]
         return records[slot]
 
 

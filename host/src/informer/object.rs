@@ -42,18 +42,17 @@ pub enum ObjectError {
 pub struct Object {
     json: Box<str>,
     /// The parsed metadata, encoded exactly as `delivery.metadata` sends it
-    /// to plugins (see `wit/plugin.wit`): a header of nine little-endian
-    /// u32s (the record's size, then where each of the seven fields and the
-    /// label count start, from the record's start), then key, namespace,
-    /// name, uid, resourceVersion, apiVersion and kind, each a u32 length
-    /// (`u32::MAX`: none) and that many UTF-8 bytes, then a u32 label count
-    /// and each label's key and value, in key order, encoded the same way.
+    /// to plugins (see `wit/plugin.wit`): a header of sixteen little-endian
+    /// u32s (the record's size; the offset and length of each of key,
+    /// namespace, name, uid, resourceVersion, apiVersion and kind, length
+    /// `u32::MAX` for none; the label count `n`), then `2n + 1` offsets
+    /// bounding each label's key and value (in key order), then the bytes.
     /// Keeping it in that form makes a batch's metadata one copy per object
     /// for every plugin that reads it, instead of an encoding per plugin;
-    /// the header lets a reader find any field without walking the others.
+    /// every offset and length sits at a fixed place or in the label table,
+    /// so a reader finds any field or label with one read, never by walking
+    /// the strings before it.
     meta: Box<[u8]>,
-    /// Where each label's key length starts in `meta` (its value follows).
-    labels: Box<[u32]>,
 }
 
 /// Metadata fields before the labels, in record order.
@@ -67,9 +66,11 @@ const API_VERSION: usize = 5;
 const KIND: usize = 6;
 /// The length that stands for an absent field.
 const NONE: u32 = u32::MAX;
-/// Bytes of a record's header: its size, then the offsets of the seven
-/// fields and of the label count.
-const HEADER: usize = 4 * (FIELDS + 2);
+/// The header's u32 that holds the label count (after the size and each
+/// field's offset and length).
+const LABEL_COUNT: usize = 1 + 2 * FIELDS;
+/// Bytes of a record's header; the label table follows it.
+const HEADER: usize = 4 * (LABEL_COUNT + 1);
 
 /// A string that borrows from the input unless it has escapes.
 #[derive(Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -99,17 +100,10 @@ struct Meta<'a> {
     labels: Option<BTreeMap<Text<'a>, Text<'a>>>,
 }
 
-/// Appends one length-prefixed field to a metadata record.
-fn put(out: &mut Vec<u8>, s: Option<&str>) -> Result<u32, ObjectError> {
-    let at = u32::try_from(out.len()).map_err(|_| ObjectError::TooLarge)?;
-    match s {
-        Some(s) => {
-            out.extend_from_slice(&u32::try_from(s.len()).map_err(|_| ObjectError::TooLarge)?.to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
-        }
-        None => out.extend_from_slice(&NONE.to_le_bytes()),
-    }
-    Ok(at)
+/// Sets the little-endian u32 at word `i` of a record.
+fn set_word(buf: &mut [u8], i: usize, word: usize) {
+    // `from_json` checked the whole record's size fits a u32 first.
+    buf[4 * i..4 * i + 4].copy_from_slice(&(word as u32).to_le_bytes());
 }
 
 impl Object {
@@ -127,38 +121,49 @@ impl Object {
             Some(ns) => Cow::Owned(format!("{ns}/{name}")),
             None => Cow::Borrowed(&*name),
         };
+        let fields = [
+            Some(&*key),
+            namespace,
+            Some(&*name),
+            meta.uid.as_deref(),
+            meta.resource_version.as_deref(),
+            Some(&*api_version),
+            Some(&*kind),
+        ];
+        let table = 4 * (2 * labels.len() + 1);
         let len = HEADER
-            + 4 * (FIELDS + 1 + 2 * labels.len())
-            + key.len()
-            + namespace.map_or(0, str::len)
-            + name.len()
-            + api_version.len()
-            + kind.len()
-            + meta.uid.as_deref().map_or(0, str::len)
-            + meta.resource_version.as_deref().map_or(0, str::len)
+            + table
+            + fields.iter().flatten().map(|f| f.len()).sum::<usize>()
             + labels.iter().map(|(k, v)| k.0.len() + v.0.len()).sum::<usize>();
+        u32::try_from(len).map_err(|_| ObjectError::TooLarge)?;
         let mut buf = Vec::with_capacity(len);
-        buf.resize(HEADER, 0);
-        let mut at = [0u32; FIELDS + 1];
-        at[KEY] = put(&mut buf, Some(&key))?;
-        at[NAMESPACE] = put(&mut buf, namespace)?;
-        at[NAME] = put(&mut buf, Some(&name))?;
-        at[UID] = put(&mut buf, meta.uid.as_deref())?;
-        at[RESOURCE_VERSION] = put(&mut buf, meta.resource_version.as_deref())?;
-        at[API_VERSION] = put(&mut buf, Some(&api_version))?;
-        at[KIND] = put(&mut buf, Some(&kind))?;
-        at[FIELDS] = u32::try_from(buf.len()).map_err(|_| ObjectError::TooLarge)?;
-        buf.extend_from_slice(&u32::try_from(labels.len()).map_err(|_| ObjectError::TooLarge)?.to_le_bytes());
-        let mut label_at = Vec::with_capacity(labels.len());
-        for (k, v) in &labels {
-            label_at.push(put(&mut buf, Some(&k.0))?);
-            put(&mut buf, Some(&v.0))?;
+        buf.resize(HEADER + table, 0);
+        for (f, field) in fields.into_iter().enumerate() {
+            let at = buf.len();
+            set_word(&mut buf, 1 + 2 * f, at);
+            match field {
+                Some(text) => {
+                    set_word(&mut buf, 2 + 2 * f, text.len());
+                    buf.extend_from_slice(text.as_bytes());
+                }
+                None => set_word(&mut buf, 2 + 2 * f, NONE as usize),
+            }
         }
-        let size = u32::try_from(buf.len()).map_err(|_| ObjectError::TooLarge)?;
-        for (i, word) in std::iter::once(size).chain(at).enumerate() {
-            buf[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
+        set_word(&mut buf, LABEL_COUNT, labels.len());
+        let at = buf.len();
+        set_word(&mut buf, LABEL_COUNT + 1, at);
+        for (i, (k, v)) in labels.iter().enumerate() {
+            buf.extend_from_slice(k.0.as_bytes());
+            let at = buf.len();
+            set_word(&mut buf, LABEL_COUNT + 2 + 2 * i, at);
+            buf.extend_from_slice(v.0.as_bytes());
+            let at = buf.len();
+            set_word(&mut buf, LABEL_COUNT + 3 + 2 * i, at);
         }
-        Ok(Object { meta: buf.into_boxed_slice(), labels: label_at.into_boxed_slice(), json })
+        let at = buf.len();
+        set_word(&mut buf, 0, at);
+        debug_assert_eq!(buf.len(), len);
+        Ok(Object { meta: buf.into_boxed_slice(), json })
     }
 
     /// Parses a raw JSON value taken from a list without copying it twice.
@@ -171,29 +176,34 @@ impl Object {
         Object::from_json(serde_json::to_string(value)?)
     }
 
-    /// The field whose length starts at `at`, and where the next begins.
-    fn field_at(&self, at: u32) -> (Option<&str>, u32) {
-        let at = at as usize;
-        let len = u32::from_le_bytes(self.meta[at..at + 4].try_into().expect("4 bytes"));
-        if len == NONE {
-            return (None, at as u32 + 4);
-        }
-        let text = &self.meta[at + 4..at + 4 + len as usize];
-        // SAFETY: `from_json` wrote every field from a `&str`, and nothing
-        // changes `meta` afterwards; lengths and offsets are its own.
-        (Some(unsafe { std::str::from_utf8_unchecked(text) }), (at + 4) as u32 + len)
+    /// The little-endian u32 at word `i` of the record.
+    fn word(&self, i: usize) -> usize {
+        u32::from_le_bytes(self.meta[4 * i..4 * i + 4].try_into().expect("4 bytes")) as usize
     }
 
-    /// Field `field` (`KEY` … `KIND`), found through the record's header.
+    /// The record's bytes `start..end` as text.
+    fn text(&self, start: usize, end: usize) -> &str {
+        // SAFETY: `from_json` copied every field and label from a `&str`
+        // and bounded each by its own offsets; nothing changes `meta` after.
+        unsafe { std::str::from_utf8_unchecked(&self.meta[start..end]) }
+    }
+
+    /// Field `field` (`KEY` … `KIND`), where the header says it is.
     fn field(&self, field: usize) -> Option<&str> {
-        let at = 4 + 4 * field;
-        self.field_at(u32::from_le_bytes(self.meta[at..at + 4].try_into().expect("4 bytes"))).0
+        let (at, len) = (self.word(1 + 2 * field), self.word(2 + 2 * field));
+        (len != NONE as usize).then(|| self.text(at, at + len))
     }
 
-    /// The `i`-th label as (key, value).
+    /// The number of labels.
+    fn label_count(&self) -> usize {
+        self.word(LABEL_COUNT)
+    }
+
+    /// The `i`-th label as (key, value), bounded by the label table.
     fn label_at(&self, i: usize) -> (&str, &str) {
-        let (k, next) = self.field_at(self.labels[i]);
-        (k.unwrap_or_default(), self.field_at(next).0.unwrap_or_default())
+        let bound = |j: usize| self.word(LABEL_COUNT + 1 + j);
+        let (k, v, end) = (bound(2 * i), bound(2 * i + 1), bound(2 * i + 2));
+        (self.text(k, v), self.text(v, end))
     }
 
     /// `namespace/name`, or `name` for cluster-scoped objects (client-go's
@@ -220,10 +230,10 @@ impl Object {
         self.field(KIND).unwrap_or_default()
     }
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
-        (0..self.labels.len()).map(|i| self.label_at(i))
+        (0..self.label_count()).map(|i| self.label_at(i))
     }
     pub fn label(&self, key: &str) -> Option<&str> {
-        let (mut lo, mut hi) = (0, self.labels.len());
+        let (mut lo, mut hi) = (0, self.label_count());
         while lo < hi {
             let mid = (lo + hi) / 2;
             let (k, v) = self.label_at(mid);
@@ -264,14 +274,9 @@ impl Object {
 
     /// Bytes this version holds (for memory accounting): the `Arc`
     /// allocation it lives in (counts and this struct) and its heap buffers
-    /// (the JSON, the metadata, the label offsets). Allocator overhead is
-    /// not included.
+    /// (the JSON, the metadata). Allocator overhead is not included.
     pub fn bytes_held(&self) -> usize {
-        2 * std::mem::size_of::<usize>()
-            + std::mem::size_of::<Object>()
-            + self.json.len()
-            + self.meta.len()
-            + std::mem::size_of_val(&*self.labels)
+        2 * std::mem::size_of::<usize>() + std::mem::size_of::<Object>() + self.json.len() + self.meta.len()
     }
 }
 
@@ -342,30 +347,29 @@ mod tests {
     #[test]
     fn metadata_record_is_the_wit_encoding() {
         fn decode(bytes: &[u8]) -> (Vec<Option<String>>, Vec<(String, String)>) {
-            fn u32_at(bytes: &[u8], at: &mut usize) -> u32 {
-                *at += 4;
-                u32::from_le_bytes(bytes[*at - 4..*at].try_into().unwrap())
-            }
-            let next = |at: &mut usize| {
-                let len = u32_at(bytes, at);
-                (len != u32::MAX).then(|| {
-                    *at += len as usize;
-                    std::str::from_utf8(&bytes[*at - len as usize..*at]).unwrap().to_string()
-                })
-            };
-            let mut at = 0;
-            let header: Vec<u32> = (0..9).map(|_| u32_at(bytes, &mut at)).collect();
-            assert_eq!(header[0] as usize, bytes.len(), "the header's size is the record's");
-            let fields: Vec<_> = (0..7)
-                .map(|i| {
-                    assert_eq!(header[1 + i] as usize, at, "the header says where field {i} starts");
-                    next(&mut at)
+            let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap()) as usize;
+            let text = |a: usize, b: usize| std::str::from_utf8(&bytes[a..b]).unwrap().to_string();
+            assert_eq!(word(0), bytes.len(), "the header's size is the record's");
+            let count = word(15);
+            let table_end = 64 + 4 * (2 * count + 1);
+            // Fields and labels follow the table, back to back, in order.
+            let mut at = table_end;
+            let fields = (0..7)
+                .map(|f| {
+                    let (offset, len) = (word(1 + 2 * f), word(2 + 2 * f));
+                    assert_eq!(offset, at, "field {f} starts where the one before ended");
+                    (len != u32::MAX as usize).then(|| {
+                        at += len;
+                        text(offset, at)
+                    })
                 })
                 .collect();
-            assert_eq!(header[8] as usize, at, "the header says where the label count starts");
-            let count = u32_at(bytes, &mut at);
-            let labels = (0..count).map(|_| (next(&mut at).unwrap(), next(&mut at).unwrap())).collect();
-            assert_eq!(at, bytes.len(), "nothing after the labels");
+            let bounds: Vec<usize> = (0..2 * count + 1).map(|j| word(16 + j)).collect();
+            assert_eq!(bounds[0], at, "the first label starts after the fields");
+            let labels = (0..count)
+                .map(|i| (text(bounds[2 * i], bounds[2 * i + 1]), text(bounds[2 * i + 1], bounds[2 * i + 2])));
+            let labels = labels.collect();
+            assert_eq!(bounds[2 * count], bytes.len(), "nothing after the labels");
             (fields, labels)
         }
         let o = Object::from_json(

@@ -402,6 +402,52 @@ async fn trap_inside_a_batch_skips_exactly_that_notification(other: &str) {
     run.stop().await;
 }
 
+/// Every metadata accessor of `other`'s SDK, read from the batch's metadata
+/// buffer, agrees with the object's body (the recorder's `check_json`
+/// returns an error otherwise): no labels and many, empty and non-ASCII
+/// values, a long one, absent uid and resource version, a cluster-scoped
+/// object, an update that changes the labels.
+fn metadata_accessors_agree_with_the_body_in_a_batch(other: &str) {
+    let object = |value: serde_json::Value| -> ObjectRef { Arc::new(Object::from_value(&value).unwrap()) };
+    let plain =
+        object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain", "namespace": "ns"}}));
+    let labelled = |rv: &str, labels: serde_json::Value| {
+        object(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "many", "namespace": "ns", "uid": "u-1", "resourceVersion": rv, "labels": labels},
+        }))
+    };
+    let many = labelled("7", json!({"app": "web", "tier": "", "z-üni": "välue", "long": "x".repeat(300)}));
+    let relabelled = labelled("8", json!({"app": "api"}));
+    let cluster = object(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "team-a", "uid": "u-2", "resourceVersion": "9", "labels": {"team": "a"}},
+    }));
+    let batch = [
+        Notification::Add { obj: plain, is_in_initial_list: true },
+        Notification::Add { obj: many.clone(), is_in_initial_list: true },
+        Notification::Add { obj: cluster, is_in_initial_list: false },
+        Notification::Update { old: many, new: relabelled },
+    ];
+    let log = Log::default();
+    let mut s = spec(other, &log);
+    s.config_json = json!({"check_json": true}).to_string();
+    let mut handler = load(s).handler(None).unwrap();
+    let refs: Vec<&Notification> = batch.iter().collect();
+    let delivered = handler.deliver_many(&refs);
+    assert!(delivered.all_ok(4), "{other}: {:?}", delivered.errors);
+    assert_eq!(
+        log.events(),
+        [
+            "add ns/plain rv=none initial=true",
+            "add ns/many rv=7 initial=true",
+            "add team-a rv=9 initial=false",
+            "update ns/many rv=7->8",
+        ],
+        "{other}"
+    );
+}
+
 #[test]
 fn python_batch_of_every_kind_logs_what_the_rust_recorder_logs() {
     batch_of_every_kind_logs_what_the_rust_recorder_logs("python-recorder");
@@ -420,6 +466,26 @@ fn c_batch_of_every_kind_logs_what_the_rust_recorder_logs() {
 #[test]
 fn go_batch_of_every_kind_logs_what_the_rust_recorder_logs() {
     batch_of_every_kind_logs_what_the_rust_recorder_logs("go-recorder");
+}
+
+#[test]
+fn python_metadata_accessors_agree_with_the_body_in_a_batch() {
+    metadata_accessors_agree_with_the_body_in_a_batch("python-recorder");
+}
+
+#[test]
+fn js_metadata_accessors_agree_with_the_body_in_a_batch() {
+    metadata_accessors_agree_with_the_body_in_a_batch("js-recorder");
+}
+
+#[test]
+fn c_metadata_accessors_agree_with_the_body_in_a_batch() {
+    metadata_accessors_agree_with_the_body_in_a_batch("c-recorder");
+}
+
+#[test]
+fn go_metadata_accessors_agree_with_the_body_in_a_batch() {
+    metadata_accessors_agree_with_the_body_in_a_batch("go-recorder");
 }
 
 #[test]

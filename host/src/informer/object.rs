@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use metadata_record::{Field, Record};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -41,36 +42,12 @@ pub enum ObjectError {
 #[derive(Debug)]
 pub struct Object {
     json: Box<str>,
-    /// The parsed metadata, encoded exactly as `delivery.metadata` sends it
-    /// to plugins (see `wit/plugin.wit`): a header of sixteen little-endian
-    /// u32s (the record's size; the offset and length of each of key,
-    /// namespace, name, uid, resourceVersion, apiVersion and kind, length
-    /// `u32::MAX` for none; the label count `n`), then `2n + 1` offsets
-    /// bounding each label's key and value (in key order), then the bytes.
+    /// The parsed metadata as one record in the encoding `delivery.metadata`
+    /// sends plugins (the `metadata-record` crate; `wit/plugin.wit`).
     /// Keeping it in that form makes a batch's metadata one copy per object
-    /// for every plugin that reads it, instead of an encoding per plugin;
-    /// every offset and length sits at a fixed place or in the label table,
-    /// so a reader finds any field or label with one read, never by walking
-    /// the strings before it.
+    /// for every plugin that reads it, instead of an encoding per plugin.
     meta: Box<[u8]>,
 }
-
-/// Metadata fields before the labels, in record order.
-const FIELDS: usize = 7;
-const KEY: usize = 0;
-const NAMESPACE: usize = 1;
-const NAME: usize = 2;
-const UID: usize = 3;
-const RESOURCE_VERSION: usize = 4;
-const API_VERSION: usize = 5;
-const KIND: usize = 6;
-/// The length that stands for an absent field.
-const NONE: u32 = u32::MAX;
-/// The header's u32 that holds the label count (after the size and each
-/// field's offset and length).
-const LABEL_COUNT: usize = 1 + 2 * FIELDS;
-/// Bytes of a record's header; the label table follows it.
-const HEADER: usize = 4 * (LABEL_COUNT + 1);
 
 /// A string that borrows from the input unless it has escapes.
 #[derive(Deserialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -100,12 +77,6 @@ struct Meta<'a> {
     labels: Option<BTreeMap<Text<'a>, Text<'a>>>,
 }
 
-/// Sets the little-endian u32 at word `i` of a record.
-fn set_word(buf: &mut [u8], i: usize, word: usize) {
-    // `from_json` checked the whole record's size fits a u32 first.
-    buf[4 * i..4 * i + 4].copy_from_slice(&(word as u32).to_le_bytes());
-}
-
 impl Object {
     /// Parses the metadata of `json` and keeps the text as it is.
     pub fn from_json(json: impl Into<Box<str>>) -> Result<Object, ObjectError> {
@@ -130,40 +101,9 @@ impl Object {
             Some(&*api_version),
             Some(&*kind),
         ];
-        let table = 4 * (2 * labels.len() + 1);
-        let len = HEADER
-            + table
-            + fields.iter().flatten().map(|f| f.len()).sum::<usize>()
-            + labels.iter().map(|(k, v)| k.0.len() + v.0.len()).sum::<usize>();
-        u32::try_from(len).map_err(|_| ObjectError::TooLarge)?;
-        let mut buf = Vec::with_capacity(len);
-        buf.resize(HEADER + table, 0);
-        for (f, field) in fields.into_iter().enumerate() {
-            let at = buf.len();
-            set_word(&mut buf, 1 + 2 * f, at);
-            match field {
-                Some(text) => {
-                    set_word(&mut buf, 2 + 2 * f, text.len());
-                    buf.extend_from_slice(text.as_bytes());
-                }
-                None => set_word(&mut buf, 2 + 2 * f, NONE as usize),
-            }
-        }
-        set_word(&mut buf, LABEL_COUNT, labels.len());
-        let at = buf.len();
-        set_word(&mut buf, LABEL_COUNT + 1, at);
-        for (i, (k, v)) in labels.iter().enumerate() {
-            buf.extend_from_slice(k.0.as_bytes());
-            let at = buf.len();
-            set_word(&mut buf, LABEL_COUNT + 2 + 2 * i, at);
-            buf.extend_from_slice(v.0.as_bytes());
-            let at = buf.len();
-            set_word(&mut buf, LABEL_COUNT + 3 + 2 * i, at);
-        }
-        let at = buf.len();
-        set_word(&mut buf, 0, at);
-        debug_assert_eq!(buf.len(), len);
-        Ok(Object { meta: buf.into_boxed_slice(), json })
+        let labels = labels.iter().map(|(k, v)| (&*k.0, &*v.0));
+        let meta = metadata_record::encode(fields, labels).map_err(|_| ObjectError::TooLarge)?;
+        Ok(Object { meta: meta.into_boxed_slice(), json })
     }
 
     /// Parses a raw JSON value taken from a list without copying it twice.
@@ -176,77 +116,49 @@ impl Object {
         Object::from_json(serde_json::to_string(value)?)
     }
 
-    /// The little-endian u32 at word `i` of the record.
-    fn word(&self, i: usize) -> usize {
-        u32::from_le_bytes(self.meta[4 * i..4 * i + 4].try_into().expect("4 bytes")) as usize
+    /// The metadata record, read in place.
+    fn record(&self) -> Record<'_> {
+        // SAFETY: `from_json` wrote `meta` with `metadata_record::encode`
+        // and nothing changes it after.
+        unsafe { Record::new_unchecked(&self.meta, 0) }
     }
 
-    /// The record's bytes `start..end` as text.
-    fn text(&self, start: usize, end: usize) -> &str {
-        // SAFETY: `from_json` copied every field and label from a `&str`
-        // and bounded each by its own offsets; nothing changes `meta` after.
-        unsafe { std::str::from_utf8_unchecked(&self.meta[start..end]) }
-    }
-
-    /// Field `field` (`KEY` … `KIND`), where the header says it is.
-    fn field(&self, field: usize) -> Option<&str> {
-        let (at, len) = (self.word(1 + 2 * field), self.word(2 + 2 * field));
-        (len != NONE as usize).then(|| self.text(at, at + len))
-    }
-
-    /// The number of labels.
-    fn label_count(&self) -> usize {
-        self.word(LABEL_COUNT)
-    }
-
-    /// The `i`-th label as (key, value), bounded by the label table.
-    fn label_at(&self, i: usize) -> (&str, &str) {
-        let bound = |j: usize| self.word(LABEL_COUNT + 1 + j);
-        let (k, v, end) = (bound(2 * i), bound(2 * i + 1), bound(2 * i + 2));
-        (self.text(k, v), self.text(v, end))
+    fn field(&self, field: Field) -> Option<&str> {
+        self.record().field(field)
     }
 
     /// `namespace/name`, or `name` for cluster-scoped objects (client-go's
     /// `MetaNamespaceKeyFunc`).
     pub fn key(&self) -> &str {
-        self.field(KEY).unwrap_or_default()
+        self.field(Field::Key).unwrap_or_default()
     }
     pub fn name(&self) -> &str {
-        self.field(NAME).unwrap_or_default()
+        self.field(Field::Name).unwrap_or_default()
     }
     pub fn namespace(&self) -> Option<&str> {
-        self.field(NAMESPACE)
+        self.field(Field::Namespace)
     }
     pub fn uid(&self) -> Option<&str> {
-        self.field(UID)
+        self.field(Field::Uid)
     }
     pub fn resource_version(&self) -> Option<&str> {
-        self.field(RESOURCE_VERSION)
+        self.field(Field::ResourceVersion)
     }
     pub fn api_version(&self) -> &str {
-        self.field(API_VERSION).unwrap_or_default()
+        self.field(Field::ApiVersion).unwrap_or_default()
     }
     pub fn kind(&self) -> &str {
-        self.field(KIND).unwrap_or_default()
+        self.field(Field::Kind).unwrap_or_default()
     }
     pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
-        (0..self.label_count()).map(|i| self.label_at(i))
+        self.record().labels()
     }
     pub fn label(&self, key: &str) -> Option<&str> {
-        let (mut lo, mut hi) = (0, self.label_count());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let (k, v) = self.label_at(mid);
-            match k.cmp(key) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(v),
-            }
-        }
-        None
+        // `from_json` writes the labels in key order (a BTreeMap's).
+        self.record().label_in_key_order(key)
     }
     /// The metadata record as plugins receive it from `delivery.metadata`
-    /// (the encoding is described on [`Object`]'s `meta` field and in
+    /// (the encoding is the `metadata-record` crate's, described in
     /// `wit/plugin.wit`).
     pub fn metadata_record(&self) -> &[u8] {
         &self.meta

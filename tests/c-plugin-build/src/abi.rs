@@ -2,7 +2,7 @@
 //! every interface a world imports or exports, with its types (resolved to
 //! their definitions) and functions, one per line, without docs.
 //!
-//! The Go SDK (`plugins/go-sdk/abi.go`, `batch.go`) encodes memory layouts by hand; its
+//! The Go SDK (`sdk/go/abi.go`, `batch.go`) encodes memory layouts by hand; its
 //! folder records this text (`abi.wit.txt`) and the build runs
 //! [`check`], so any change of the WIT that could change a layout or a
 //! signature fails the build until the glue is reviewed and the record
@@ -146,7 +146,7 @@ mod tests {
     #[test]
     fn the_go_glue_was_written_against_the_current_wit() {
         let root = repo();
-        check(&root.join("wit"), "batched-plugin", &root.join("plugins/go-sdk/abi.wit.txt")).unwrap();
+        check(&root.join("wit"), "batched-plugin", &root.join("sdk/go/abi.wit.txt")).unwrap();
     }
 
     #[test]
@@ -160,7 +160,7 @@ mod tests {
         assert_ne!(changed, wit);
         std::fs::write(dir.join("plugin.wit"), changed).unwrap();
         std::fs::copy(root.join("wit/controller.wit"), dir.join("controller.wit")).unwrap();
-        let err = check(&dir, "batched-plugin", &root.join("plugins/go-sdk/abi.wit.txt")).unwrap_err().to_string();
+        let err = check(&dir, "batched-plugin", &root.join("sdk/go/abi.wit.txt")).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(err.contains("[method]object.uid: func(self: borrow<types.object>) -> option<string>"), "{err}");
         assert!(err.contains("-> string"), "{err}");

@@ -17,7 +17,7 @@
 //! c-plugin-build check-abi <wit-dir> <world> <recorded.txt>
 //!     fails unless every function and type of <world>, as `abi-text`
 //!     renders it, is what <recorded.txt> holds: the text the hand-written
-//!     Go glue (plugins/go-sdk/abi.go) was written against
+//!     Go glue (sdk/go/abi.go) was written against
 //!
 //! c-plugin-build abi-text <wit-dir> <world>
 //!     prints that rendering

@@ -1,5 +1,5 @@
 //! End to end: Go's runtime in the sandbox. Go plugins (`plugins/go-*`,
-//! built with `plugins/go-sdk` by `plugins/build-other-languages.sh`) start
+//! built with `sdk/go` by `plugins/build-other-languages.sh`) start
 //! without the `clocks` grant (their monotonic clock only counts reads),
 //! die cleanly when their heap outgrows the memory cap while the host
 //! keeps serving the others, and read objects through every accessor of

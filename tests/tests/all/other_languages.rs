@@ -1,7 +1,7 @@
 //! End to end: plugins written in Python (componentize-py), JavaScript
 //! (componentize-js), C (clang for wasm32-wasi, wit-bindgen-c and
 //! wit-component through `tests/c-plugin-build`) and Go (`go build` for
-//! wasip1 with `plugins/go-sdk`, componentized by the same tool), built by
+//! wasip1 with `sdk/go`, componentized by the same tool), built by
 //! `plugins/build-other-languages.sh`, run side by side with their Rust twins
 //! on one real informer over the memory source, and must log exactly the
 //! same lines.

@@ -28,7 +28,7 @@ pub mod stores;
 pub mod bindings {
     wit_bindgen::generate!({
         world: "controller",
-        path: "../wit",
+        path: "../../wit",
         with: {
             "informer-host:plugin/types@0.1.0": informer_guest::bindings::informer_host::plugin::types,
             "informer-host:plugin/log@0.1.0": informer_guest::bindings::informer_host::plugin::log,

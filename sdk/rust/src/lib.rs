@@ -141,7 +141,7 @@ extern crate self as informer_guest;
 pub mod bindings {
     wit_bindgen::generate!({
         world: "batched-plugin",
-        path: "../wit",
+        path: "../../wit",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_bindings",
         default_bindings_module: "informer_guest::bindings",

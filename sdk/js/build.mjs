@@ -1,15 +1,16 @@
 // Builds one JavaScript plugin into a component with componentize-js's API.
 //
-//   node ../js-sdk/build.mjs <source.js> <out.wasm> [world]     (from the plugin's folder)
+//   node ../../sdk/js/build.mjs <source.js> <out.wasm> [world]     (from the plugin's folder)
 //
 // `world` is the WIT world the plugin targets: `batched-handler` (the
 // default), `handler` or `controller`.
 // componentize-js comes from the plugin folder's node_modules (`npm ci`).
-// The build runs with `plugins/` as the working directory, so the source
-// may import the SDK as `../js-sdk/informer-guest.js`: componentize-js maps
-// the working directory as the guest's `/` while it pre-initializes the
-// module. Only the WIT package `wit/` and the folders above are read; no
-// network access is needed.
+// The build runs with the repository as the working directory, so a
+// plugin in `plugins/<name>/` may import the SDK as
+// `../../sdk/js/informer-guest.js`: componentize-js maps the working
+// directory as the guest's `/` while it pre-initializes the module. Only the
+// WIT package `wit/`, the SDK and the plugin are read; no network access is
+// needed.
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -20,10 +21,11 @@ if (!source || !out) {
   process.exit(2);
 }
 const pluginDir = process.cwd();
-const pluginsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+// This file is sdk/js/build.mjs.
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const sourcePath = resolve(pluginDir, source);
 const outPath = resolve(pluginDir, out);
-const witPath = resolve(pluginsDir, '..', 'wit');
+const witPath = resolve(repo, 'wit');
 
 const modules = join(pluginDir, 'node_modules', '@bytecodealliance');
 const { componentize } = await import(pathToFileURL(join(modules, 'componentize-js', 'src', 'componentize.js')).href);
@@ -34,10 +36,9 @@ const { componentize } = await import(pathToFileURL(join(modules, 'componentize-
 const { _setPreopens } = await import(
   pathToFileURL(join(modules, 'preview2-shim', 'dist', 'nodejs', 'filesystem.js')).href
 );
-const repo = resolve(pluginsDir, '..');
 _setPreopens({ [repo]: repo });
 
-process.chdir(pluginsDir);
+process.chdir(repo);
 const { component } = await componentize({
   sourcePath,
   witPath,

@@ -291,6 +291,7 @@ impl ControllerRunner {
         if !self.workers.is_empty() {
             return;
         }
+        let informers: Arc<[SharedIndexInformer]> = self.registrations.iter().map(|(i, _)| i.clone()).collect();
         self.workers = (0..self.concurrency)
             .map(|_| {
                 // The caller's span (e.g. `controller{name=...}`) on every
@@ -303,6 +304,11 @@ impl ControllerRunner {
                     self.name.clone(),
                     self.leftover.clone(),
                 );
+                let informers = informers.clone();
+                let w = async move {
+                    wait_for_cache_sync(&informers).await;
+                    w.await
+                };
                 tokio::spawn(tracing::Instrument::instrument(w, tracing::Span::current()))
             })
             .collect();
@@ -389,6 +395,19 @@ type Leftover = Arc<parking_lot::Mutex<Vec<(String, tokio::time::Instant)>>>;
 
 /// One worker: takes a key, reconciles it in its own instance, and settles
 /// the key in the queue according to the outcome.
+/// How often [`wait_for_cache_sync`] looks (client-go's `syncedPollPeriod`).
+const SYNCED_POLL_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// client-go's `WaitForCacheSync`: returns once every informer of the
+/// controller has listed, so no reconcile reads a cache that is still
+/// filling (a secondary object not listed yet would look absent, and the
+/// controller would create what exists).
+async fn wait_for_cache_sync(informers: &[SharedIndexInformer]) {
+    while !informers.iter().all(SharedIndexInformer::has_synced) {
+        tokio::time::sleep(SYNCED_POLL_PERIOD).await;
+    }
+}
+
 async fn worker(
     queue: Arc<RateLimitingQueue<String>>,
     loaded: Arc<LoadedController>,

@@ -393,8 +393,6 @@ impl ControllerRunner {
 /// Keys and when they are due, kept past a queue's shutdown.
 type Leftover = Arc<parking_lot::Mutex<Vec<(String, tokio::time::Instant)>>>;
 
-/// One worker: takes a key, reconciles it in its own instance, and settles
-/// the key in the queue according to the outcome.
 /// How often [`wait_for_cache_sync`] looks (client-go's `syncedPollPeriod`).
 const SYNCED_POLL_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -408,6 +406,8 @@ async fn wait_for_cache_sync(informers: &[SharedIndexInformer]) {
     }
 }
 
+/// One worker: takes a key, reconciles it in its own instance, and settles
+/// the key in the queue according to the outcome.
 async fn worker(
     queue: Arc<RateLimitingQueue<String>>,
     loaded: Arc<LoadedController>,

@@ -17,9 +17,11 @@ use e2e::plugins::{Log, Running, runtime, spec};
 use futures::future::BoxFuture;
 use informer_host::cluster::{ClusterWriter, Patch, Target, WriteError, WriteParams, WriteRequest};
 use informer_host::controller::{
-    ControllerOptions, ControllerRunner, GuardConfig, NamespaceScope, WriteGuard, WriteRule,
+    ControllerOptions, ControllerRunner, GuardConfig, Mapping, NamespaceScope, Secondary, WriteGuard, WriteRule,
 };
-use informer_host::informer::SharedIndexInformer;
+use informer_host::informer::{
+    InformerOptions, ListResult, ListerWatcher, SharedIndexInformer, SourceError, WatchStream,
+};
 use informer_host::plugin::{Grants, Limits};
 use informer_host::source::MemorySource;
 use parking_lot::Mutex;
@@ -366,5 +368,79 @@ async fn a_new_version_takes_over_the_keys_waiting_for_a_delay_and_the_old_one_s
     let handed = next.queue().ready_at(&"a/x".to_string()).expect("a/x still waits");
     assert!(handed <= due + Duration::from_millis(5), "handed-over deadline {handed:?} vs {due:?}");
     next.stop().await;
+    s.run.stop().await;
+}
+
+/// A memory source whose first list answers only after `delay`: an
+/// informer that is slow to sync, as one over a large or distant
+/// collection is.
+struct ListsLate {
+    source: MemorySource,
+    delay: Duration,
+    listed: Arc<Mutex<Option<Instant>>>,
+}
+
+impl ListerWatcher for ListsLate {
+    fn list(&self) -> BoxFuture<'_, Result<ListResult, SourceError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            let list = self.source.list().await;
+            self.listed.lock().get_or_insert_with(Instant::now);
+            list
+        })
+    }
+    fn watch(&self, resource_version: &str) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        self.source.watch(resource_version)
+    }
+    fn describe(&self) -> String {
+        "memory, listing late".into()
+    }
+}
+
+/// client-go's `WaitForCacheSync` before the workers start: a reconcile
+/// never reads a secondary cache that has not listed yet. The primary
+/// lists at once; the secondary, which holds the object the reconcile
+/// labels, lists 300 ms later, and nothing maps its objects to primary
+/// keys. A reconcile run before that list would find nothing, write
+/// nothing, and never be asked again: the object would stay unlabelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reconcile_runs_before_every_informer_of_the_controller_has_synced() {
+    let s = Setup::new(&[("a", "x")]);
+    let late_src = MemorySource::new();
+    late_src.apply_config_map("a", "x", "v").unwrap();
+    let listed = Arc::new(Mutex::new(None));
+    let late = SharedIndexInformer::new(
+        ListsLate { source: late_src.clone(), delay: Duration::from_millis(300), listed: listed.clone() },
+        InformerOptions::default(),
+    );
+    let cluster = MemoryCluster::new(&late_src);
+    let mut spec = spec("waits-for-sync", "test-controller", &s.log);
+    spec.grants = Grants { log: true, cache: true, kube: true, ..Grants::default() };
+    spec.config_json = json!({"label": true, "informer": "late"}).to_string();
+    let informers: HashMap<String, SharedIndexInformer> =
+        [("cms".to_string(), s.run.informer.clone()), ("late".to_string(), late.clone())].into();
+    let guard = Arc::new(WriteGuard::new(guard("waits-for-sync"), Arc::new(cluster.clone())));
+    let options = ControllerOptions {
+        secondaries: vec![Secondary { informer: "late".into(), mapping: Mapping::Label("no-such-label".into()) }],
+        ..ControllerOptions::new("cms", "ConfigMap")
+    };
+    // Compiling the plugin takes longer than the delay: the late informer
+    // starts only once the controller is ready to run.
+    let mut c = ControllerRunner::prepare(&runtime(), spec, &informers, guard, options, None).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let (i, s) = (late.clone(), stop.clone());
+        async move { i.run(s).await }
+    });
+    c.run();
+
+    eventually("labelled", || late_src.get("a/x").is_some_and(|o| o.label("reconciled") == Some("yes"))).await;
+    let first = s.reconciles("a/x")[0];
+    let listed = listed.lock().expect("the late informer listed");
+    assert!(first >= listed, "the first reconcile ran {:?} before the late informer listed", listed - first);
+    assert_eq!(cluster.requests().len(), 1, "{:#?}", cluster.requests());
+    c.stop().await;
+    stop.cancel();
+    task.await.unwrap();
     s.run.stop().await;
 }

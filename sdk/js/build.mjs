@@ -1,13 +1,13 @@
 // Builds one JavaScript plugin into a component with componentize-js's API.
 //
-//   node ../../sdk/js/build.mjs <source.js> <out.wasm> [world]     (from the plugin's folder)
+//   node ../../../sdk/js/build.mjs <source.js> <out.wasm> [world]     (from the plugin's folder)
 //
 // `world` is the WIT world the plugin targets: `batched-handler` (the
 // default), `handler` or `controller`.
 // componentize-js comes from the plugin folder's node_modules (`npm ci`).
 // The build runs with the repository as the working directory, so a
-// plugin in `plugins/<name>/` may import the SDK as
-// `../../sdk/js/informer-guest.js`: componentize-js maps the working
+// plugin in `plugins/examples/<name>/` may import the SDK as
+// `../../../sdk/js/informer-guest.js`: componentize-js maps the working
 // directory as the guest's `/` while it pre-initializes the module. Only the
 // WIT package `wit/`, the SDK and the plugin are read; no network access is
 // needed.

@@ -3,7 +3,7 @@
 // A controller is an ES module that extends `Reconciler` and exports it:
 //
 //   import { Action, Patch, Reconciler, Target, exportController, info, kube, stores }
-//     from '../../sdk/js/informer-controller.js';
+//     from '../../../sdk/js/informer-controller.js';
 //
 //   class Labeller extends Reconciler {
 //     reconcile(key) {

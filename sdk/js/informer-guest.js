@@ -2,7 +2,7 @@
 //
 // A plugin is an ES module that extends `Handler` and exports it:
 //
-//   import { Handler, exportHandler, info } from '../../sdk/js/informer-guest.js';
+//   import { Handler, exportHandler, info } from '../../../sdk/js/informer-guest.js';
 //
 //   class Greeter extends Handler {
 //     init(config) { this.prefix = config.parse().prefix ?? 'hello'; }
@@ -13,7 +13,7 @@
 //   export const batchHandler = exportBatchHandler(resourceEventHandler);
 //
 // (`exportBatchHandler` from informer-batch.js) built with
-// `node ../../sdk/js/build.mjs plugin.js plugin.wasm batched-handler` from its
+// `node ../../../sdk/js/build.mjs plugin.js plugin.wasm batched-handler` from its
 // folder (`bash plugins/build-other-languages.sh` does that). In world
 // `batched-handler` the host delivers many notifications per call through
 // `batchHandler`; in world `handler` (one call per notification) leave

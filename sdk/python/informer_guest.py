@@ -16,7 +16,7 @@ A plugin is a module that subclasses :class:`Handler` and exports it::
 
 and is built with (from the plugin's folder)::
 
-    componentize-py -d ../../wit -w batched-handler componentize app -p . -p ../../sdk/python -o plugin.wasm
+    componentize-py -d ../../../wit -w batched-handler componentize app -p . -p ../../../sdk/python -o plugin.wasm
 
 (``bash plugins/build-other-languages.sh`` does that). In world
 ``batched-handler`` the host delivers many notifications per call through

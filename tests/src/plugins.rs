@@ -65,7 +65,7 @@ pub fn is_other_language(name: &str) -> bool {
     ["python-", "js-", "c-", "go-"].iter().any(|language| name.starts_with(language))
 }
 
-/// The component of the Python, JavaScript, C or Go plugin in `plugins/<name>`,
+/// The component of the Python, JavaScript, C or Go plugin in `plugins/examples/<name>` or `plugins/tests/<name>`,
 /// built by `plugins/build-other-languages.sh <name>` once per process (the
 /// script rebuilds only what changed, and serializes concurrent runs).
 ///

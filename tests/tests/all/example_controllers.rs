@@ -1,4 +1,4 @@
-//! The example controllers of `plugins/` (the reloader and
+//! The example controllers of `plugins/examples` (the reloader and
 //! namespace-defaults) converge against both backends a controller writes
 //! to, with the number of writes the docs promise (docs/controllers.md,
 //! "Writes at a glance"):
@@ -12,8 +12,8 @@
 //! cluster as someone else would (the API server's control API, or the
 //! embedded store directly): those changes are not counted. The
 //! namespace-defaults body also runs the Python, JavaScript and Go twins
-//! (`plugins/python-namespace-defaults`, `plugins/js-namespace-defaults`,
-//! `plugins/go-namespace-defaults`, built by
+//! (`plugins/examples/python-namespace-defaults`, `plugins/examples/js-namespace-defaults`,
+//! `plugins/examples/go-namespace-defaults`, built by
 //! `plugins/build-other-languages.sh`), which must send exactly the writes
 //! the Rust one sends.
 //!

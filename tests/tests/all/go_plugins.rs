@@ -1,10 +1,10 @@
-//! End to end: Go's runtime in the sandbox. Go plugins (`plugins/go-*`,
+//! End to end: Go's runtime in the sandbox. Go plugins (`plugins/*/go-*`,
 //! built with `sdk/go` by `plugins/build-other-languages.sh`) start
 //! without the `clocks` grant (their monotonic clock only counts reads),
 //! die cleanly when their heap outgrows the memory cap while the host
 //! keeps serving the others, and read objects through every accessor of
 //! the SDK, its cache import, and every function of the controller world
-//! (`plugins/go-kube-probe` against a scripted writer). The recorder's
+//! (`plugins/tests/go-kube-probe` against a scripted writer). The recorder's
 //! side-by-side and panic tests are in `other_languages`; the Go
 //! namespace-defaults controller's in `example_controllers`.
 
@@ -124,7 +124,7 @@ async fn go_accessors_agree_with_the_body_for_small_and_large_objects() {
     run.stop().await;
 }
 
-/// The SDK's `cache` import in a handler (`plugins/go-cache-reader`, the
+/// The SDK's `cache` import in a handler (`plugins/examples/go-cache-reader`, the
 /// Go twin of `cache-reader`): the same lines as the Rust one, three per
 /// notification through one batch, every object it read handed back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,7 +176,7 @@ impl ClusterWriter for Scripted {
 }
 
 /// The Go SDK's glue of world `controller`, both ways, through every
-/// write of the `kube` import (`plugins/go-kube-probe`): each request the
+/// write of the `kube` import (`plugins/tests/go-kube-probe`): each request the
 /// host receives is exactly what the Go code asked for (a target with and
 /// without namespace, each patch type, delete's preconditions and
 /// propagation passed in memory, both event types), and each `kube-error`

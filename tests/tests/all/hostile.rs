@@ -491,7 +491,7 @@ mod fuzz {
         };
     }
 
-    /// A script step (see `plugins/hostile`), with indices and slots a
+    /// A script step (see `plugins/tests/hostile`), with indices and slots a
     /// little past the batch as often as inside it.
     fn step() -> impl Strategy<Value = Value> {
         let index = 0..(ITEMS as u32 + 3);

@@ -30,7 +30,7 @@ use informer_host::source::MemorySource;
 use parking_lot::Mutex;
 use serde_json::json;
 
-/// The non-Rust recorders, by folder under `plugins/`.
+/// The non-Rust recorders, by folder under `plugins/examples`.
 const RECORDERS: [&str; 4] = ["python-recorder", "js-recorder", "c-recorder", "go-recorder"];
 
 /// Lines a plugin logged, with the instant and level of each.

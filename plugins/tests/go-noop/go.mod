@@ -4,4 +4,4 @@ go 1.24
 
 require informerhost.dev/guest v0.0.0
 
-replace informerhost.dev/guest => ../../sdk/go
+replace informerhost.dev/guest => ../../../sdk/go

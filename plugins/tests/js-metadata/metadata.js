@@ -1,8 +1,8 @@
 // Reads key, name, namespace, resource version and labels of every object
 // and discards them: the benchmark for metadata-only handlers (the
 // JavaScript twin of the Rust `metadata` plugin).
-import { Handler, exportHandler } from '../../sdk/js/informer-guest.js';
-import { exportBatchHandler } from '../../sdk/js/informer-batch.js';
+import { Handler, exportHandler } from '../../../sdk/js/informer-guest.js';
+import { exportBatchHandler } from '../../../sdk/js/informer-batch.js';
 
 function read(obj) {
   obj.key();

@@ -29,7 +29,7 @@ import {
   kube,
   parse,
   stores,
-} from '../../sdk/js/informer-controller.js';
+} from '../../../sdk/js/informer-controller.js';
 
 // How many reconciles in a row may pass over a default this controller wrote
 // and the cache does not show yet, before writing it again.

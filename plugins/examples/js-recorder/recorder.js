@@ -5,8 +5,8 @@
 // `{"fail_on": "<name>"}` it returns an error for it instead; with
 // `{"check_json": true}` it first returns an error unless the metadata
 // accessors agree with the object's body.
-import { Handler, PluginError, describe, exportHandler, info } from '../../sdk/js/informer-guest.js';
-import { exportBatchHandler } from '../../sdk/js/informer-batch.js';
+import { Handler, PluginError, describe, exportHandler, info } from '../../../sdk/js/informer-guest.js';
+import { exportBatchHandler } from '../../../sdk/js/informer-batch.js';
 
 function checkJson(obj) {
   const meta = JSON.parse(obj.json()).metadata;

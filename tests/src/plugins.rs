@@ -138,7 +138,11 @@ pub struct Running {
 
 impl Running {
     pub fn start(src: &MemorySource) -> Running {
-        let informer = SharedIndexInformer::new(src.clone(), InformerOptions::default());
+        Running::run(SharedIndexInformer::new(src.clone(), InformerOptions::default()))
+    }
+
+    /// Runs `informer` (one over any source) until [`Running::stop`].
+    pub fn run(informer: SharedIndexInformer) -> Running {
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let (i, s) = (informer.clone(), stop.clone());

@@ -164,16 +164,30 @@ impl Setup {
 
     /// As [`Setup::start`], without starting the workers.
     fn prepare(&self, config: Value, guard: GuardConfig, limits: Option<Limits>) -> ControllerRunner {
+        let informers = [("cms".to_string(), self.run.informer.clone())].into();
+        let options = ControllerOptions::new("cms", "ConfigMap");
+        self.prepare_on(config, guard, limits, &informers, options, &self.cluster)
+    }
+
+    /// As [`Setup::prepare`], on these informers, with these options,
+    /// writing to `cluster`.
+    fn prepare_on(
+        &self,
+        config: Value,
+        guard: GuardConfig,
+        limits: Option<Limits>,
+        informers: &HashMap<String, SharedIndexInformer>,
+        options: ControllerOptions,
+        cluster: &MemoryCluster,
+    ) -> ControllerRunner {
         let mut s = spec(&guard.plugin, "test-controller", &self.log);
         s.grants = Grants { log: true, cache: true, kube: true, ..Grants::default() };
         s.config_json = config.to_string();
         if let Some(l) = limits {
             s.limits = Limits { log: s.limits.log.clone(), ..l };
         }
-        let informers: HashMap<String, SharedIndexInformer> = [("cms".to_string(), self.run.informer.clone())].into();
-        let guard = Arc::new(WriteGuard::new(guard, Arc::new(self.cluster.clone())));
-        let options = ControllerOptions::new("cms", "ConfigMap");
-        ControllerRunner::prepare(&runtime(), s, &informers, guard, options, None).unwrap()
+        let guard = Arc::new(WriteGuard::new(guard, Arc::new(cluster.clone())));
+        ControllerRunner::prepare(&runtime(), s, informers, guard, options, None).unwrap()
     }
 
     /// When each `reconcile <key>` line was logged.
@@ -414,24 +428,17 @@ async fn no_reconcile_runs_before_every_informer_of_the_controller_has_synced() 
         InformerOptions::default(),
     );
     let cluster = MemoryCluster::new(&late_src);
-    let mut spec = spec("waits-for-sync", "test-controller", &s.log);
-    spec.grants = Grants { log: true, cache: true, kube: true, ..Grants::default() };
-    spec.config_json = json!({"label": true, "informer": "late"}).to_string();
     let informers: HashMap<String, SharedIndexInformer> =
         [("cms".to_string(), s.run.informer.clone()), ("late".to_string(), late.clone())].into();
-    let guard = Arc::new(WriteGuard::new(guard("waits-for-sync"), Arc::new(cluster.clone())));
     let options = ControllerOptions {
         secondaries: vec![Secondary { informer: "late".into(), mapping: Mapping::Label("no-such-label".into()) }],
         ..ControllerOptions::new("cms", "ConfigMap")
     };
     // Compiling the plugin takes longer than the delay: the late informer
     // starts only once the controller is ready to run.
-    let mut c = ControllerRunner::prepare(&runtime(), spec, &informers, guard, options, None).unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, s) = (late.clone(), stop.clone());
-        async move { i.run(s).await }
-    });
+    let config = json!({"label": true, "informer": "late"});
+    let mut c = s.prepare_on(config, guard("waits-for-sync"), None, &informers, options, &cluster);
+    let late = Running::run(late);
     c.run();
 
     eventually("labelled", || late_src.get("a/x").is_some_and(|o| o.label("reconciled") == Some("yes"))).await;
@@ -440,7 +447,6 @@ async fn no_reconcile_runs_before_every_informer_of_the_controller_has_synced() 
     assert!(first >= listed, "the first reconcile ran {:?} before the late informer listed", listed - first);
     assert_eq!(cluster.requests().len(), 1, "{:#?}", cluster.requests());
     c.stop().await;
-    stop.cancel();
-    task.await.unwrap();
+    late.stop().await;
     s.run.stop().await;
 }

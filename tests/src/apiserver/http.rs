@@ -87,6 +87,15 @@ fn verb(method: &Method, kind: RequestKind) -> &'static str {
 }
 
 pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let answered = Arc::new(OnceLock::new());
+    let response = respond(shared, req, answered.clone()).await;
+    let _ = answered.set(response.status().as_u16());
+    Ok(response)
+}
+
+/// The response to `req`; `answered` goes into its log entry, for
+/// [`handle`] to fill with the status code.
+async fn respond(shared: Arc<Shared>, req: Request<Incoming>, answered: Arc<OnceLock<u16>>) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let uri = parts.uri.to_string();
     let path = parts.uri.path().to_string();
@@ -99,7 +108,7 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
     let is_watch = match param("watch").map(|w| parse_bool(&w)) {
         None => false,
         Some(Some(b)) => b,
-        Some(None) => return Ok(status_response(400, "BadRequest", "watch: invalid boolean value".into())),
+        Some(None) => return status_response(400, "BadRequest", "watch: invalid boolean value".into()),
     };
     let impersonate_user = header("impersonate-user");
     let (route, kind, failure, throttled, denied) = {
@@ -133,6 +142,7 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
             user_agent: header("user-agent"),
             body: String::from_utf8_lossy(&body).into_owned(),
             at: tokio::time::Instant::now(),
+            answered,
         };
         let throttled = take_throttle(&mut st.throttles, &rec);
         let failure = st.failures.iter().position(|f| (f.matches)(&rec)).map(|i| st.failures.remove(i).code);
@@ -152,28 +162,29 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
         (route, kind, failure, throttled, denied)
     };
     if let Some((retry_after, style)) = throttled {
-        return Ok(too_many_requests(retry_after, style));
+        return too_many_requests(retry_after, style);
     }
     if let Some(code) = failure {
         let message = match code {
             410 => "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response to continue with a possibly inconsistent result.".to_string(),
             _ => format!("injected failure for {path}"),
         };
-        return Ok(status_response(code, reason_for(code), message));
+        return status_response(code, reason_for(code), message);
     }
     if kind == RequestKind::Discovery {
-        return Ok(serve_discovery(&shared, &path));
+        return serve_discovery(&shared, &path);
     }
     let Some(route) = route else {
-        return Ok(status_response(404, "NotFound", "the server could not find the requested resource".into()));
+        return status_response(404, "NotFound", "the server could not find the requested resource".into());
     };
     if let Some(denied) = denied {
-        return Ok(denied.response());
+        return denied.response();
     }
-    Ok(match kind {
+    match kind {
         RequestKind::Watch => {
+            let plural = shared.state.lock().types[route.ty].plural.clone();
             let mut hold = shared.hold.subscribe();
-            let _ = hold.wait_for(|held| !*held).await;
+            let _ = hold.wait_for(|held| !held.holds(&plural)).await;
             serve_watch(&shared, &route, &query)
         }
         RequestKind::Get => serve_get(&shared, &route),
@@ -195,7 +206,7 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
             "MethodNotAllowed",
             "the server does not allow this method on the requested resource".into(),
         ),
-    })
+    }
 }
 
 pub(super) fn json_response(code: StatusCode, body: String) -> Response<Body> {

@@ -48,10 +48,11 @@
 //! The control API ([`ApiServer`]) seeds and changes objects directly (as a
 //! write to etcd would: no validation, admission or field management),
 //! registers types, sends bookmarks, compacts history, drops or expires
-//! every open watch, holds new watches back, injects failures and `429`s,
-//! refuses connections for a while, grants rights to impersonated users, and
-//! records every request (method, path, query, content type, impersonation,
-//! body; [`RecordedRequest`]). It may not depend on the code under test: it
+//! every open watch, holds new watches back (all, or one resource's),
+//! injects failures and `429`s, refuses connections for a while, grants
+//! rights to impersonated users, and records every request (method, path,
+//! query, content type, impersonation, body, and the status it was answered
+//! with; [`RecordedRequest`]). It may not depend on the code under test: it
 //! knows nothing of the informer or the host.
 //!
 //! Modules: `resources` (types and their registry strategy), `store`
@@ -65,8 +66,8 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::ops::Bound;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, anyhow, bail};
@@ -117,10 +118,28 @@ pub use selectors::{FieldSelector, LabelSelector};
 
 type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
+/// Which new watch requests the server holds back.
+enum Held {
+    Nothing,
+    All,
+    /// Those of the resources at these plurals.
+    Plurals(Vec<String>),
+}
+
+impl Held {
+    fn holds(&self, plural: &str) -> bool {
+        match self {
+            Held::Nothing => false,
+            Held::All => true,
+            Held::Plurals(plurals) => plurals.iter().any(|p| p == plural),
+        }
+    }
+}
+
 struct Shared {
     state: Mutex<State>,
-    /// `true` while new watch requests are held back.
-    hold: watch::Sender<bool>,
+    /// Which new watch requests are held back.
+    hold: watch::Sender<Held>,
     open_watches: AtomicUsize,
     /// The accept loop; `None` while connections are refused.
     accept_task: Mutex<Option<JoinHandle<()>>>,
@@ -203,7 +222,7 @@ impl ApiServer {
                 watch_list: true,
                 next_uid: 1,
             }),
-            hold: watch::Sender::new(false),
+            hold: watch::Sender::new(Held::Nothing),
             open_watches: AtomicUsize::new(0),
             accept_task: Mutex::new(None),
             addr,
@@ -389,11 +408,17 @@ impl ApiServer {
     /// Holds every new watch request (recorded, but not answered) until
     /// [`ApiServer::release_watches`]: a slow or partitioned server.
     pub fn hold_watches(&self) {
-        self.shared.hold.send_replace(true);
+        self.shared.hold.send_replace(Held::All);
+    }
+    /// Holds the new watch requests of the resources at `plurals` (e.g.
+    /// `deployments`) until [`ApiServer::release_watches`]; other watches,
+    /// lists and writes are served: one informer's cache lags the others'.
+    pub fn hold_watches_of(&self, plurals: &[&str]) {
+        self.shared.hold.send_replace(Held::Plurals(plurals.iter().map(|p| p.to_string()).collect()));
     }
     /// Answers the held watch requests, judged against the state at release.
     pub fn release_watches(&self) {
-        self.shared.hold.send_replace(false);
+        self.shared.hold.send_replace(Held::Nothing);
     }
 
     /// Chooses how a watch from a compacted resourceVersion is refused.

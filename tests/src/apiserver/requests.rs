@@ -1,6 +1,8 @@
 //! The request log: what the server received, in order, for tests to assert on
 //! ("no request was sent", "`dryRun=All` was sent", "as user `bob`").
 
+use std::sync::{Arc, OnceLock};
+
 /// What a request asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
@@ -44,9 +46,16 @@ pub struct RecordedRequest {
     pub body: String,
     /// When the server received it (tokio's clock).
     pub at: tokio::time::Instant,
+    /// The status code it was answered with, once answered.
+    pub(super) answered: Arc<OnceLock<u16>>,
 }
 
 impl RecordedRequest {
+    /// The status code the server answered with (a watch: the `200` its
+    /// stream began with); `None` while it is being handled or held.
+    pub fn status(&self) -> Option<u16> {
+        self.answered.get().copied()
+    }
     /// The decoded value of query parameter `name`.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())

@@ -299,3 +299,46 @@ async fn throttle_as_status_wire_format() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(server.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn the_log_keeps_each_answer_and_holds_can_be_per_resource() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = ApiServer::start().await;
+    server.register(ResourceType::deployments());
+    let created = server.create(config_map("ns", "a", &[], &[])).unwrap();
+    // A stale resourceVersion in a merge patch is a precondition: 409.
+    let client = server.client();
+    let patch = |rv: &str| {
+        let body = json!({"metadata": {"resourceVersion": rv, "labels": {"x": "1"}}}).to_string();
+        hyper::Request::patch("/api/v1/namespaces/ns/configmaps/a")
+            .header("content-type", "application/merge-patch+json")
+            .body(body.into_bytes())
+            .unwrap()
+    };
+    let current = created["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    client.request_text(patch(&current)).await.unwrap();
+    let stale = client.request_text(patch(&current)).await.unwrap_err();
+    assert!(matches!(stale, kube::Error::Api(ref s) if s.code == 409), "{stale}");
+    let answers: Vec<_> = server.writes().iter().map(RecordedRequest::status).collect();
+    assert_eq!(answers, [Some(200), Some(409)]);
+
+    // Deployments' watches wait; ConfigMaps' are served.
+    server.hold_watches_of(&["deployments"]);
+    let (head, _, _) = raw_get(&server, "/api/v1/configmaps?watch=1&timeoutSeconds=1").await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let req = "GET /apis/apps/v1/deployments?watch=1&timeoutSeconds=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    stream.write_all(req.as_bytes()).await.unwrap();
+    crate::eventually("the held watch logged", || {
+        server.watches().iter().any(|w| w.path == "/apis/apps/v1/deployments")
+    })
+    .await;
+    let watch = server.watches().into_iter().find(|w| w.path == "/apis/apps/v1/deployments").unwrap();
+    assert_eq!(watch.status(), None, "held, not answered");
+    server.release_watches();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out)).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200 OK\r\n"));
+    let watch = server.watches().into_iter().find(|w| w.path == "/apis/apps/v1/deployments").unwrap();
+    assert_eq!(watch.status(), Some(200));
+}

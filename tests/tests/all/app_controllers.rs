@@ -30,17 +30,30 @@ fn deployment(namespace: &str, name: &str, config_map: &str) -> Value {
 
 const HASH: &str = "informer-host.dev/config-hash";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_reloader_writes_to_the_api_server_only_in_its_tenants_namespaces() {
-    let server = ApiServer::start().await;
-    server.create(config_map("shop", "web-config", &[], &[("A", "1")])).unwrap();
-    server.create(deployment("shop", "web", "web-config")).unwrap();
-    // Another tenant's Deployment: not seen, never written.
-    server.create(config_map("other", "cfg", &[], &[("A", "1")])).unwrap();
-    server.create(deployment("other", "app", "cfg")).unwrap();
+/// Where the reloader writes its hash.
+#[derive(Clone, Copy)]
+enum On {
+    /// The Deployment's own annotations (every patch).
+    Metadata,
+    /// The pod template's annotations (a roll).
+    Template,
+}
 
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
+/// The hash stored on the server's Deployment `namespace/name`.
+fn stored_hash(server: &ApiServer, namespace: &str, name: &str, on: On) -> Option<String> {
+    let annotations = match on {
+        On::Metadata => "/metadata/annotations",
+        On::Template => "/spec/template/metadata/annotations",
+    };
+    let deployment = server.get("apps/v1", "Deployment", Some(namespace), name)?;
+    deployment.pointer(annotations)?.get(HASH)?.as_str().map(str::to_string)
+}
+
+/// Starts the program with the reloader of tenant `shop` on Deployments,
+/// ConfigMaps and Secrets of `server`; `deployments` is added to the
+/// Deployments' `[[informer]]` table.
+async fn start_reloader(server: &ApiServer, dir: &std::path::Path, deployments: &str) -> App {
+    let kubeconfig = dir.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig, None);
     let wasm = plugin_build::plugin_path("reloader");
     let text = format!(
@@ -54,6 +67,7 @@ name = "deployments"
 source = "kube"
 api_version = "apps/v1"
 kind = "Deployment"
+{deployments}
 
 [[informer]]
 name = "configmaps"
@@ -80,32 +94,117 @@ rules = [
 tenant = "shop"
 "#
     );
-    let config = Config::parse(&text, "host.toml", dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::parse(&text, "host.toml", dir).unwrap_or_else(|e| panic!("{e}"));
     let opts =
         RunOptions { kube: KubeOptions { kubeconfig: Some(kubeconfig), context: None }, ..RunOptions::default() };
-    let app = App::start(&config, &opts).await.unwrap();
-    let annotation = |ns: &str, name: &str, pointer: &str| {
-        server
-            .get("apps/v1", "Deployment", Some(ns), name)
-            .and_then(|d| d.pointer(pointer).and_then(Value::as_str).map(str::to_string))
-    };
-    let on_metadata = format!("/metadata/annotations/{}", HASH.replace('/', "~1"));
-    let on_template = format!("/spec/template/metadata/annotations/{}", HASH.replace('/', "~1"));
-    eventually("the first-sight patch on the server", || annotation("shop", "web", &on_metadata).is_some()).await;
+    App::start(&config, &opts).await.unwrap()
+}
+
+/// The PATCH requests the server has answered: the URIs of those that took
+/// effect, and the others with their status codes. (A patch is stored
+/// before it is answered: waiting for a change on the server is not
+/// waiting for its answer.)
+fn patches(server: &ApiServer) -> (Vec<String>, Vec<(String, u16)>) {
+    let mut done = Vec::new();
+    let mut refused = Vec::new();
+    for r in server.writes().into_iter().filter(|r| r.method == "PATCH") {
+        match r.status() {
+            Some(200..300) => done.push(r.uri),
+            Some(status) => refused.push((r.uri, status)),
+            None => {}
+        }
+    }
+    (done, refused)
+}
+
+/// Waits until the server has answered every write it received.
+async fn answered(server: &ApiServer) {
+    eventually("every write answered", || server.writes().iter().all(|r| r.status().is_some())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reloader_writes_to_the_api_server_only_in_its_tenants_namespaces() {
+    let server = ApiServer::start().await;
+    server.create(config_map("shop", "web-config", &[], &[("A", "1")])).unwrap();
+    server.create(deployment("shop", "web", "web-config")).unwrap();
+    // Another tenant's Deployment: not seen, never written.
+    server.create(config_map("other", "cfg", &[], &[("A", "1")])).unwrap();
+    server.create(deployment("other", "app", "cfg")).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let app = start_reloader(&server, dir.path(), "").await;
+    let annotation = |ns: &str, name: &str, on: On| stored_hash(&server, ns, name, on);
+    eventually("the first-sight patch on the server", || annotation("shop", "web", On::Metadata).is_some()).await;
     eventually("ready", || app.readiness().ready).await;
     assert!(app.readiness().render().contains("[+]controller reloader: synced"), "{}", app.readiness().render());
-    assert_eq!(annotation("shop", "web", &on_template), None, "first sight does not roll");
+    assert_eq!(annotation("shop", "web", On::Template), None, "first sight does not roll");
 
     // A real change: the pod template gets the new hash (a roll).
     server.update(config_map("shop", "web-config", &[], &[("A", "2")])).unwrap();
-    eventually("the roll", || annotation("shop", "web", &on_template).is_some()).await;
-    assert_eq!(annotation("shop", "web", &on_template), annotation("shop", "web", &on_metadata));
+    eventually("the roll", || annotation("shop", "web", On::Template).is_some()).await;
+    assert_eq!(annotation("shop", "web", On::Template), annotation("shop", "web", On::Metadata));
 
-    let patches: Vec<_> = server.writes().into_iter().filter(|r| r.method == "PATCH").map(|r| r.uri.clone()).collect();
+    // Two patches took effect. One made on a cache that did not show the
+    // first-sight patch yet would have been refused as stale (see the next
+    // test); none other is.
+    answered(&server).await;
+    let (patches, refused) = patches(&server);
     assert_eq!(patches.len(), 2, "{patches:#?}");
+    assert!(refused.iter().all(|(_, status)| *status == 409), "{refused:#?}");
     assert!(patches.iter().all(|p| p.contains("/namespaces/shop/deployments/web")), "{patches:#?}");
     assert!(patches.iter().all(|p| p.contains("fieldManager=reloader")), "{patches:#?}");
-    assert_eq!(annotation("other", "app", &on_metadata), None, "another tenant's Deployment is never written");
+    assert_eq!(annotation("other", "app", On::Metadata), None, "another tenant's Deployment is never written");
+    app.shutdown().await;
+}
+
+/// The Deployments' cache lags the server: the reloader's first-sight patch
+/// is stored, but the informer has not delivered it when the ConfigMap
+/// changes. The reconcile that change causes sees no hash and decides
+/// "first sight"; written, that metadata-only patch would take the new
+/// hash, and the pod template would never get it (no roll). Made on the
+/// cached resourceVersion, it is refused (409) instead, and once the cache
+/// catches up the roll is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reloader_rolls_when_a_change_arrives_before_its_own_patch_is_in_the_cache() {
+    let server = ApiServer::start().await;
+    server.create(config_map("shop", "web-config", &[], &[("A", "1")])).unwrap();
+    server.create(deployment("shop", "web", "web-config")).unwrap();
+    // The Deployments are listed (paged lists: a watch-list is a watch) but
+    // their watch waits: the cache stays at the listed version.
+    server.hold_watches_of(&["deployments"]);
+    let dir = tempfile::tempdir().unwrap();
+    let app = start_reloader(&server, dir.path(), "watch_list = false").await;
+    let annotation = |on: On| stored_hash(&server, "shop", "web", on);
+    eventually("the first-sight patch on the server", || annotation(On::Metadata).is_some()).await;
+    eventually("ready", || app.readiness().ready).await;
+    let first = annotation(On::Metadata).unwrap();
+
+    // The change reaches the ConfigMaps' cache; the Deployments' does not
+    // show the first-sight patch.
+    server.update(config_map("shop", "web-config", &[], &[("A", "2")])).unwrap();
+    let sent = || {
+        let (done, refused) = patches(&server);
+        done.len() + refused.len()
+    };
+    eventually("the patch the change causes", || sent() >= 2).await;
+    answered(&server).await;
+    let (done, refused) = patches(&server);
+    assert_eq!(done.len(), 1, "only the first-sight patch took effect: {done:#?}");
+    // (The change may be reconciled more than once: its old and new
+    // ConfigMap both map to web.)
+    assert!(refused.iter().all(|r| r.1 == 409), "made on the stale version: {refused:#?}");
+    assert_eq!(annotation(On::Metadata), Some(first.clone()), "nothing written from the stale cache");
+
+    // The cache catches up: the update reconciles web again, which rolls.
+    server.release_watches();
+    eventually("the roll", || annotation(On::Template).is_some()).await;
+    let rolled = annotation(On::Template).unwrap();
+    assert_ne!(rolled, first);
+    assert_eq!(annotation(On::Metadata), Some(rolled));
+    answered(&server).await;
+    let (done, refused) = patches(&server);
+    assert_eq!(done.len(), 2, "the first sight and the roll: {done:#?}");
+    assert!(refused.iter().all(|r| r.1 == 409), "{refused:#?}");
     app.shutdown().await;
 }
 

@@ -489,7 +489,9 @@ async fn reloader_converges(backend: Backend) {
     let first = &b.writes()[0];
     assert_eq!(first.patch, Some("merge"));
     let hash = meta_hash(&h).unwrap();
-    assert_eq!(first.body, json!({"metadata": {"annotations": {ANNOTATION: hash}}}), "no pod template change");
+    let (first_body, locked) = without_resource_version(&first.body);
+    assert_eq!(first_body, json!({"metadata": {"annotations": {ANNOTATION: hash}}}), "no pod template change");
+    assert!(locked.is_some(), "the patch is made on a version: {:#}", first.body);
     assert_eq!(template_hash(&h), None);
     assert_eq!(hash.len(), 64, "a SHA-256 in hex: {hash}");
 
@@ -502,18 +504,21 @@ async fn reloader_converges(backend: Backend) {
     assert_eq!(b.writes().len(), 1, "{:#?}", b.lines());
 
     // The ConfigMap's data changes: one patch that rolls (metadata and pod
-    // template), and one Event.
+    // template), made on the version the cache shows, and one Event.
+    let version = deployment(&h)["metadata"]["resourceVersion"].as_str().map(str::to_owned);
     b.put(web_config(json!({"app": "web", "tier": "front"}), "green"));
     h.resynced("a new hash on web's pod template", |h| template_hash(h).is_some_and(|t| t != hash)).await;
     let rolled = template_hash(&h).unwrap();
     assert_eq!(meta_hash(&h).as_deref(), Some(rolled.as_str()));
     let writes = b.writes();
     assert_eq!(b.lines()[1..], ["patch Deployment shop/web", "create Event shop/"], "{:#?}", h.log.lines());
+    let (roll_body, locked) = without_resource_version(&writes[1].body);
     assert_eq!(
-        writes[1].body,
+        roll_body,
         json!({"metadata": {"annotations": {ANNOTATION: rolled}},
                "spec": {"template": {"metadata": {"annotations": {ANNOTATION: rolled}}}}})
     );
+    assert_eq!(locked, version, "the roll is made on the cached version");
     assert_event(&writes[2], "ConfigChanged", &rolled);
 
     // The Secret's data changes: the same again.
@@ -544,6 +549,14 @@ async fn reloader_converges(backend: Backend) {
     }
     assert_eq!(b.writes().len(), 5, "{:#?}", b.lines());
     h.stop().await;
+}
+
+/// A patch body without its `metadata.resourceVersion`, and that version
+/// (the reloader's optimistic lock).
+fn without_resource_version(body: &Value) -> (Value, Option<String>) {
+    let mut body = body.clone();
+    let version = body["metadata"].as_object_mut().and_then(|m| m.remove("resourceVersion"));
+    (body, version.and_then(|v| v.as_str().map(str::to_owned)))
 }
 
 /// The Event about `web`: its reason and the start of the new hash.

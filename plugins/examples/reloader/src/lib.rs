@@ -17,6 +17,11 @@
 //! - another hash: one merge patch sets it on the Deployment and on its pod
 //!   template, which rolls the pods, and a `ConfigChanged` Event says why.
 //!
+//! Each patch carries the cached `metadata.resourceVersion`, so the server
+//! refuses it (`409 Conflict`) when the cache is behind: a decision is only
+//! written if it was made on the current Deployment. The newer version's
+//! arrival reconciles the key again.
+//!
 //! A ConfigMap or Secret the pods cannot start without (a use that is not
 //! `optional`) and that does not exist holds the rollout until it exists:
 //! new pods would not start.
@@ -95,13 +100,29 @@ impl Reconciler for Reloader {
         }
 
         let annotations = json!({ &self.settings.annotation: &hash });
+        // The version the decision was made on is the patch's precondition
+        // (optimistic locking): a cache behind the server, e.g. one that
+        // does not show the first-sight patch yet, would take a change for
+        // a first sight and never roll.
         let mut patch = json!({ "metadata": { "annotations": annotations } });
+        if let Some(version) = &version {
+            patch["metadata"]["resourceVersion"] = json!(version);
+        }
         let roll = seen.is_some();
         if roll {
             patch["spec"] = json!({ "template": { "metadata": { "annotations": annotations } } });
         }
         let target = Target::of(&deployment);
-        kube::patch(&target, Patch::merge(&patch))?;
+        match kube::patch(&target, Patch::merge(&patch)) {
+            Ok(_) => {}
+            Err(e) if e.is_conflict() => {
+                // The informer has yet to deliver the newer version, and its
+                // update reconciles this key again.
+                debug!("{key}: the cache is behind the server ({e}); waiting for the newer version");
+                return Ok(Action::Done);
+            }
+            Err(e) => return Err(e.into()),
+        }
         self.patched.insert(key.to_owned(), (version, hash.clone()));
 
         if roll {

@@ -23,11 +23,11 @@
 //!   [`ListSemantic::MostRecent`]), following `continue` tokens; when a token
 //!   expires (`410`) it restarts with one unpaged list, as client-go's pager
 //!   does. Items are kept as the JSON text received (`Client::request_text` +
-//!   [`RawValue`]), never re-serialised; list items that lack `kind` and
+//!   [`RawValue`](serde_json::value::RawValue)), never re-serialised; list items that lack `kind` and
 //!   `apiVersion` (real servers omit them for built-in types) get them
 //!   spliced in from the resource.
 //! - **watch**: `WatchParams` with bookmarks, sent with `Client::send` and
-//!   read here line by line (each object kept as [`RawValue`]), rather than
+//!   read here line by line (each object kept as [`RawValue`](serde_json::value::RawValue)), rather than
 //!   through `Client::request_events`, so that the response's `Retry-After`
 //!   header is seen and a dropped connection is not logged as a warning by
 //!   the client. What a failure becomes decides what the reflector does:

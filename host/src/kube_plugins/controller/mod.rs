@@ -10,13 +10,20 @@
 //! namespace and watch, shared, stopped when the last user goes). It does
 //! not decide what a plugin may have ([`super::policy`]) or how a component
 //! is read ([`super::component`]).
+//!
+//! Files: `loading` (loading, swapping and preparing what a `Plugin`
+//! runs), `watches` (the shared informers of the watched resources),
+//! `reports` (what a status says, and writing it).
+
+mod loading;
+mod reports;
+mod watches;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -29,16 +36,15 @@ use crate::coordination::Coordinator;
 use crate::informer::{FnHandler, InformerOptions, Notification, ObjectRef, SharedIndexInformer};
 use crate::metrics::PluginResourcesSnapshot;
 use crate::oci::OciPuller;
-use crate::plugin::{Limits, LogSink, OnTrap, PluginSpec as RuntimeSpec};
-use crate::registry::{PluginDef, PluginRegistry, TenantPolicy as RegistryTenant, WasmSource};
+use crate::plugin::{Limits, LogSink};
+use crate::registry::{PluginRegistry, WasmSource};
 use crate::source::kube::{KubeResource, KubeSource, KubeSourceOptions};
 use crate::workqueue::{RateLimitingQueue, default_controller_rate_limiter};
 
 use super::component::{self, Fetched};
-use super::crd::{GROUP, Plugin, PluginCounters, TenantPolicy, VERSION, WatchSpec};
-use super::policy::{self, ControllerSettings, Effective, Refusal};
-use super::reconcilers::{self, Assembly};
-use super::status::{self, Observed, Report};
+use super::crd::{GROUP, Plugin, TenantPolicy, VERSION};
+use super::policy::{self, Effective, Refusal};
+use watches::settings_key;
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -451,205 +457,6 @@ impl PluginResources {
         }
     }
 
-    async fn load(
-        &self,
-        key: &str,
-        plugin: &Plugin,
-        effective: &Effective,
-        settings: String,
-        fetched: Fetched,
-    ) -> Result<String, (Refusal, bool)> {
-        let namespace = plugin.namespace().unwrap_or_default();
-        let name = registry_name(&namespace, &plugin.name_any());
-        if let Some(max) = effective.max_plugins {
-            let running =
-                self.loaded.lock().keys().filter(|k| k.split_once('/').is_some_and(|(ns, _)| ns == namespace)).count();
-            if running >= max {
-                let message = format!(
-                    "tenant {namespace:?} already runs {running} plugin(s), the most TenantPolicy {:?} allows",
-                    effective.policy
-                );
-                // A deletion in the namespace requeues it.
-                return Err((Refusal { reason: "TenantFull", message }, true));
-            }
-        }
-        if let Some(c) = &effective.controller {
-            return self.load_controller(key, plugin, effective, c, settings, fetched).await;
-        }
-        let watch = self.acquire_watch(&namespace, &plugin.spec.watch);
-        let ns = namespace.clone();
-        self.registry.set_tenant(
-            namespace.clone(),
-            RegistryTenant {
-                visibility: Arc::new(move |o: &crate::informer::Object| o.namespace() == Some(ns.as_str())),
-                max_plugins: effective.max_plugins,
-                fuel_per_call: None,
-                deadline_per_call: None,
-                memory_bytes: None,
-                max_pending: None,
-            },
-        );
-        let mut spec = RuntimeSpec::new(name.clone(), PathBuf::from(&fetched.origin));
-        spec.tenant = Some(namespace.clone());
-        spec.config_json = effective.config_json.clone();
-        spec.limits = effective.limits.clone();
-        spec.grants = effective.grants.clone();
-        spec.on_trap = OnTrap::Continue;
-        spec.log_sink = self.options.log_sink.clone();
-        let def = PluginDef {
-            spec,
-            informer: watch.clone(),
-            resync: effective.resync,
-            on_swap: effective.on_swap,
-            visibility: None,
-            max_pending: effective.max_pending,
-        };
-        let registry = self.registry.clone();
-        let bytes = fetched.bytes;
-        let loaded = tokio::task::spawn_blocking(move || registry.load_bytes(def, &bytes)).await;
-        match loaded {
-            Ok(Ok(_)) => {
-                tracing::info!(plugin = %name, digest = %fetched.digest, "loaded");
-                let l = Loaded {
-                    registry_name: name.clone(),
-                    settings,
-                    digest: fetched.digest,
-                    watches: vec![watch],
-                    runner: None,
-                };
-                self.loaded.lock().insert(key.to_string(), l);
-                Ok(name)
-            }
-            Ok(Err(e)) => {
-                self.release_watch(&watch);
-                let full = matches!(e, crate::registry::RegistryError::TenantFull { .. });
-                let reason = if full { "TenantFull" } else { "LoadFailed" };
-                // A full tenant may have room later (a deletion requeues
-                // the namespace); a component that fails to load does not
-                // change until its spec does.
-                Err((Refusal { reason, message: e.to_string() }, full))
-            }
-            Err(e) => {
-                self.release_watch(&watch);
-                Err((Refusal { reason: "LoadFailed", message: e.to_string() }, true))
-            }
-        }
-    }
-
-    /// Starts a controller: the informers of its watch and watches (shared
-    /// with the namespace's other plugins), then its runner.
-    async fn load_controller(
-        &self,
-        key: &str,
-        plugin: &Plugin,
-        effective: &Effective,
-        controller: &ControllerSettings,
-        settings: String,
-        fetched: Fetched,
-    ) -> Result<String, (Refusal, bool)> {
-        let namespace = plugin.namespace().unwrap_or_default();
-        let name = registry_name(&namespace, &plugin.name_any());
-        let mut watches = vec![self.acquire_watch(&namespace, &plugin.spec.watch)];
-        for w in &controller.watches {
-            let spec = WatchSpec {
-                api_version: w.api_version.clone(),
-                kind: w.kind.clone(),
-                label_selector: w.label_selector.clone(),
-                field_selector: None,
-            };
-            watches.push(self.acquire_watch(&namespace, &spec));
-        }
-        let digest = fetched.digest.clone();
-        let prepared = self.prepare_controller(&name, plugin, effective, controller, &watches, fetched).await;
-        match prepared {
-            Ok(mut runner) => {
-                runner.run();
-                tracing::info!(plugin = %name, %digest, workers = controller.max_concurrent_reconciles, "controller loaded");
-                let l = Loaded { registry_name: name.clone(), settings, digest, watches, runner: Some(runner) };
-                self.loaded.lock().insert(key.to_string(), l);
-                Ok(name)
-            }
-            Err(refusal) => {
-                watches.iter().for_each(|w| self.release_watch(w));
-                Err((refusal, false))
-            }
-        }
-    }
-
-    /// Loads a controller's new component and lets it take over from the
-    /// running one (the runner's zero-loss hand-over).
-    async fn swap_controller(
-        &self,
-        key: &str,
-        plugin: &Plugin,
-        effective: &Effective,
-        fetched: Fetched,
-    ) -> Result<(), (Refusal, bool)> {
-        let controller = effective.controller.as_ref().expect("swap_controller is for controllers");
-        let Some((name, watches)) = self.loaded.lock().get(key).map(|l| (l.registry_name.clone(), l.watches.clone()))
-        else {
-            return Err((Refusal { reason: "SwapFailed", message: "not running".into() }, true));
-        };
-        let digest = fetched.digest.clone();
-        let mut next = self
-            .prepare_controller(&name, plugin, effective, controller, &watches, fetched)
-            .await
-            .map_err(|r| (Refusal { reason: "SwapFailed", message: r.message }, false))?;
-        let old = self.loaded.lock().get_mut(key).and_then(|l| l.runner.take());
-        if let Some(old) = old {
-            next.take_over(old).await;
-        } else {
-            next.run();
-        }
-        tracing::info!(plugin = %name, %digest, "swapped to a new version");
-        if let Some(l) = self.loaded.lock().get_mut(key) {
-            l.digest = digest;
-            l.runner = Some(next);
-        }
-        Ok(())
-    }
-
-    async fn prepare_controller(
-        &self,
-        name: &str,
-        plugin: &Plugin,
-        effective: &Effective,
-        controller: &ControllerSettings,
-        watches: &[String],
-        fetched: Fetched,
-    ) -> Result<ControllerRunner, Refusal> {
-        let not_loaded = |message: String| Refusal { reason: "LoadFailed", message };
-        let informers = watches
-            .iter()
-            .map(|w| self.registry.informer(w).ok_or_else(|| not_loaded(format!("informer {w} is gone"))))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (runtime, writer) = (self.registry.runtime().clone(), self.writer.clone());
-        let (name, namespace) = (name.to_string(), plugin.namespace().unwrap_or_default());
-        let (kind, effective, controller) = (plugin.spec.watch.kind.clone(), effective.clone(), controller.clone());
-        let Fetched { bytes, origin, .. } = fetched;
-        let log_sink = self.options.log_sink.clone();
-        let handle = tokio::runtime::Handle::current();
-        let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || {
-            let _entered = handle.enter();
-            let _span = span.enter();
-            let assembly = Assembly {
-                name: &name,
-                namespace: &namespace,
-                primary_kind: &kind,
-                effective: &effective,
-                settings: &controller,
-                informers,
-                log_sink,
-                origin: &origin,
-            };
-            reconcilers::prepare(&runtime, writer, assembly, &bytes)
-        })
-        .await
-        .map_err(|e| not_loaded(e.to_string()))?
-        .map_err(|e| not_loaded(e.to_string()))
-    }
-
     async fn unload(&self, key: &str) {
         let Some(l) = self.loaded.lock().remove(key) else { return };
         match l.runner {
@@ -672,175 +479,6 @@ impl PluginResources {
             if k.split_once('/').is_some_and(|(ns, _)| ns == namespace) && !self.loaded.lock().contains_key(&k) {
                 self.queue.add(k);
             }
-        }
-    }
-
-    /// The informer of `watch` in `namespace`, started when first needed.
-    fn acquire_watch(&self, namespace: &str, watch: &WatchSpec) -> String {
-        let name = watch_name(namespace, watch);
-        let mut watches = self.watches.lock();
-        if let Some(w) = watches.get_mut(&name) {
-            w.users += 1;
-            return name;
-        }
-        let mut opts = KubeSourceOptions::default().namespace(namespace);
-        opts.label_selector = watch.label_selector.clone();
-        opts.field_selector = watch.field_selector.clone();
-        let source =
-            KubeSource::discovered(self.client.clone(), &KubeResource::new(&watch.api_version, &watch.kind), opts);
-        let informer = SharedIndexInformer::new(
-            source,
-            InformerOptions { name: name.clone(), default_resync_period: Duration::from_secs(1), ..Default::default() },
-        );
-        self.registry.add_informer(name.clone(), informer.clone());
-        let stop = self.stop.child_token();
-        let span = info_span!("informer", name = %name);
-        tracing::info!(informer = %name, "watching {} {} in {namespace}", watch.api_version, watch.kind);
-        tokio::spawn({
-            let stop = stop.clone();
-            async move { informer.run(stop).await }.instrument(span)
-        });
-        watches.insert(name.clone(), Watch { users: 1, stop });
-        name
-    }
-
-    fn release_watch(&self, name: &str) {
-        let mut watches = self.watches.lock();
-        let Some(w) = watches.get_mut(name) else { return };
-        w.users -= 1;
-        if w.users == 0 {
-            if let Err(e) = self.registry.remove_informer(name) {
-                tracing::warn!(informer = %name, "not stopped: {e}");
-                return;
-            }
-            w.stop.cancel();
-            watches.remove(name);
-        }
-    }
-
-    fn loaded_name(&self, key: &str) -> Option<String> {
-        self.loaded.lock().get(key).map(|l| l.registry_name.clone())
-    }
-
-    /// A failure to fetch, load or swap: a version already running keeps
-    /// serving (the plugin is degraded); otherwise it is not ready.
-    fn failed(&self, key: &str, plugin: &Plugin, refusal: &Refusal) -> Report {
-        match self.loaded_name(key) {
-            Some(name) => {
-                let mut r = self.running(plugin, &name);
-                r.degraded = Observed::yes(refusal.reason, refusal.message.clone());
-                r
-            }
-            None => self.refused(plugin, refusal),
-        }
-    }
-
-    fn refused(&self, plugin: &Plugin, refusal: &Refusal) -> Report {
-        Report {
-            generation: plugin.metadata.generation,
-            ready: Observed::no(refusal.reason, refusal.message.clone()),
-            synced: Observed::no("NotLoaded", "the plugin is not loaded"),
-            degraded: Observed::no("NotLoaded", ""),
-            digest: None,
-            replica: Some(self.options.identity.clone()),
-            counters: None,
-        }
-    }
-
-    fn running(&self, plugin: &Plugin, name: &str) -> Report {
-        let digest = {
-            let loaded = self.loaded.lock();
-            let l = loaded.values().find(|l| l.registry_name == name);
-            if let Some(runner) = l.and_then(|l| l.runner.as_ref()) {
-                return self.running_controller(plugin, runner, l.map(|l| l.digest.as_str()));
-            }
-            l.map(|l| l.digest.clone())
-        };
-        let st = self.registry.get(name);
-        let (synced, degraded, counters) = match &st {
-            Some(s) => (
-                if s.synced {
-                    Observed::yes("Synced", "every cached object was delivered")
-                } else {
-                    Observed::no("Syncing", format!("{} notifications pending", s.pending))
-                },
-                match (&s.last_error, s.crashed) {
-                    (Some(e), n) if n > 0 => Observed::yes("HandlerCrashed", format!("{n} crashes; last: {e}")),
-                    _ => Observed::no("Healthy", ""),
-                },
-                Some(PluginCounters {
-                    delivered: s.delivered,
-                    failed: s.failed,
-                    crashed: s.crashed,
-                    pending: s.pending as u64,
-                    swaps: s.swaps,
-                    writes: None,
-                    refused_writes: None,
-                }),
-            ),
-            None => (Observed::unknown("NotLoaded", ""), Observed::no("NotLoaded", ""), None),
-        };
-        Report {
-            generation: plugin.metadata.generation,
-            ready: Observed::yes("Loaded", format!("running {}", digest.as_deref().unwrap_or("?"))),
-            synced,
-            degraded,
-            digest,
-            replica: Some(self.options.identity.clone()),
-            counters,
-        }
-    }
-
-    /// The report of a running controller: synced once its handlers
-    /// delivered their informers' caches; its reconciles and writes as
-    /// counters.
-    fn running_controller(&self, plugin: &Plugin, runner: &ControllerRunner, digest: Option<&str>) -> Report {
-        let (stats, writes) = (runner.stats(), &runner.guard().stats);
-        let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        let (failed, trapped) = (n(&stats.failed), n(&stats.trapped));
-        Report {
-            generation: plugin.metadata.generation,
-            ready: Observed::yes("Loaded", format!("running {}", digest.unwrap_or("?"))),
-            synced: if runner.has_synced() {
-                Observed::yes("Synced", "every cached object was queued for a reconcile")
-            } else {
-                Observed::no("Syncing", "the informers' caches are still being queued")
-            },
-            degraded: if trapped > 0 {
-                Observed::yes("ReconcileTrapped", format!("{trapped} reconciles trapped; {failed} failed"))
-            } else {
-                Observed::no("Healthy", "")
-            },
-            digest: digest.map(String::from),
-            replica: Some(self.options.identity.clone()),
-            counters: Some(PluginCounters {
-                delivered: n(&stats.succeeded),
-                failed,
-                crashed: trapped,
-                pending: runner.queue().len() as u64,
-                swaps: 0,
-                writes: Some(n(&writes.succeeded)),
-                refused_writes: Some(n(&writes.refused)),
-            }),
-        }
-    }
-
-    async fn write_status(&self, plugin: &Plugin, report: Report) {
-        // A replica stopping (its plugins going to others) writes no more:
-        // a load that failed because its informers stopped is not news, and
-        // would overwrite the status of the replica that runs it now.
-        if self.stop.is_cancelled() {
-            return;
-        }
-        let new = status::build(plugin.status.as_ref(), &report);
-        if !status::changed(plugin.status.as_ref(), &new) {
-            return;
-        }
-        let namespace = plugin.namespace().unwrap_or_default();
-        let api: Api<Plugin> = Api::namespaced(self.client.clone(), &namespace);
-        if let Err(e) = status::write(&api, &plugin.name_any(), &new).await {
-            // The next reconcile (resync, or a change) writes it again.
-            tracing::warn!("cannot write the status of Plugin {namespace}/{}: {e}", plugin.name_any());
         }
     }
 }
@@ -867,32 +505,6 @@ pub fn registry_name(namespace: &str, name: &str) -> String {
     let hash = hex::encode(Sha256::digest(format!("{namespace}/{name}")));
     let base: String = name.chars().map(|c| if c == '.' { '-' } else { c }).take(50).collect();
     format!("{}-{}", base.trim_end_matches('-'), &hash[..8])
-}
-
-/// The informer name of one watch in one namespace.
-fn watch_name(namespace: &str, w: &WatchSpec) -> String {
-    let text = format!(
-        "{namespace}\0{}\0{}\0{}\0{}",
-        w.api_version,
-        w.kind,
-        w.label_selector.as_deref().unwrap_or(""),
-        w.field_selector.as_deref().unwrap_or("")
-    );
-    format!("w-{}", &hex::encode(Sha256::digest(text))[..12])
-}
-
-/// Everything but the component that a running plugin was loaded with.
-fn settings_key(namespace: &str, watch: &WatchSpec, e: &Effective) -> String {
-    format!(
-        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}",
-        watch_name(namespace, watch),
-        e.limits,
-        e.grants,
-        e.resync,
-        e.on_swap,
-        e.max_pending,
-        e.config_json
-    )
 }
 
 #[cfg(test)]

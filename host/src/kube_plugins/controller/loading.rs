@@ -1,0 +1,218 @@
+//! Loading what a `Plugin` says: a handler into the registry, a controller
+//! as a runner over its informers; swapping a controller's component with
+//! the runner's zero-loss hand-over.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+
+use super::{Loaded, PluginResources, registry_name};
+use crate::controller::ControllerRunner;
+use crate::kube_plugins::component::Fetched;
+use crate::kube_plugins::crd::{Plugin, WatchSpec};
+use crate::kube_plugins::policy::{ControllerSettings, Effective, Refusal};
+use crate::kube_plugins::reconcilers::{self, Assembly};
+use crate::plugin::{OnTrap, PluginSpec as RuntimeSpec};
+use crate::registry::{PluginDef, TenantPolicy as RegistryTenant};
+
+impl PluginResources {
+    pub(super) async fn load(
+        &self,
+        key: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        settings: String,
+        fetched: Fetched,
+    ) -> Result<String, (Refusal, bool)> {
+        let namespace = plugin.namespace().unwrap_or_default();
+        let name = registry_name(&namespace, &plugin.name_any());
+        if let Some(max) = effective.max_plugins {
+            let running =
+                self.loaded.lock().keys().filter(|k| k.split_once('/').is_some_and(|(ns, _)| ns == namespace)).count();
+            if running >= max {
+                let message = format!(
+                    "tenant {namespace:?} already runs {running} plugin(s), the most TenantPolicy {:?} allows",
+                    effective.policy
+                );
+                // A deletion in the namespace requeues it.
+                return Err((Refusal { reason: "TenantFull", message }, true));
+            }
+        }
+        if let Some(c) = &effective.controller {
+            return self.load_controller(key, plugin, effective, c, settings, fetched).await;
+        }
+        let watch = self.acquire_watch(&namespace, &plugin.spec.watch);
+        let ns = namespace.clone();
+        self.registry.set_tenant(
+            namespace.clone(),
+            RegistryTenant {
+                visibility: Arc::new(move |o: &crate::informer::Object| o.namespace() == Some(ns.as_str())),
+                max_plugins: effective.max_plugins,
+                fuel_per_call: None,
+                deadline_per_call: None,
+                memory_bytes: None,
+                max_pending: None,
+            },
+        );
+        let mut spec = RuntimeSpec::new(name.clone(), PathBuf::from(&fetched.origin));
+        spec.tenant = Some(namespace.clone());
+        spec.config_json = effective.config_json.clone();
+        spec.limits = effective.limits.clone();
+        spec.grants = effective.grants.clone();
+        spec.on_trap = OnTrap::Continue;
+        spec.log_sink = self.options.log_sink.clone();
+        let def = PluginDef {
+            spec,
+            informer: watch.clone(),
+            resync: effective.resync,
+            on_swap: effective.on_swap,
+            visibility: None,
+            max_pending: effective.max_pending,
+        };
+        let registry = self.registry.clone();
+        let bytes = fetched.bytes;
+        let loaded = tokio::task::spawn_blocking(move || registry.load_bytes(def, &bytes)).await;
+        match loaded {
+            Ok(Ok(_)) => {
+                tracing::info!(plugin = %name, digest = %fetched.digest, "loaded");
+                let l = Loaded {
+                    registry_name: name.clone(),
+                    settings,
+                    digest: fetched.digest,
+                    watches: vec![watch],
+                    runner: None,
+                };
+                self.loaded.lock().insert(key.to_string(), l);
+                Ok(name)
+            }
+            Ok(Err(e)) => {
+                self.release_watch(&watch);
+                let full = matches!(e, crate::registry::RegistryError::TenantFull { .. });
+                let reason = if full { "TenantFull" } else { "LoadFailed" };
+                // A full tenant may have room later (a deletion requeues
+                // the namespace); a component that fails to load does not
+                // change until its spec does.
+                Err((Refusal { reason, message: e.to_string() }, full))
+            }
+            Err(e) => {
+                self.release_watch(&watch);
+                Err((Refusal { reason: "LoadFailed", message: e.to_string() }, true))
+            }
+        }
+    }
+
+    /// Starts a controller: the informers of its watch and watches (shared
+    /// with the namespace's other plugins), then its runner.
+    async fn load_controller(
+        &self,
+        key: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        controller: &ControllerSettings,
+        settings: String,
+        fetched: Fetched,
+    ) -> Result<String, (Refusal, bool)> {
+        let namespace = plugin.namespace().unwrap_or_default();
+        let name = registry_name(&namespace, &plugin.name_any());
+        let mut watches = vec![self.acquire_watch(&namespace, &plugin.spec.watch)];
+        for w in &controller.watches {
+            let spec = WatchSpec {
+                api_version: w.api_version.clone(),
+                kind: w.kind.clone(),
+                label_selector: w.label_selector.clone(),
+                field_selector: None,
+            };
+            watches.push(self.acquire_watch(&namespace, &spec));
+        }
+        let digest = fetched.digest.clone();
+        let prepared = self.prepare_controller(&name, plugin, effective, controller, &watches, fetched).await;
+        match prepared {
+            Ok(mut runner) => {
+                runner.run();
+                tracing::info!(plugin = %name, %digest, workers = controller.max_concurrent_reconciles, "controller loaded");
+                let l = Loaded { registry_name: name.clone(), settings, digest, watches, runner: Some(runner) };
+                self.loaded.lock().insert(key.to_string(), l);
+                Ok(name)
+            }
+            Err(refusal) => {
+                watches.iter().for_each(|w| self.release_watch(w));
+                Err((refusal, false))
+            }
+        }
+    }
+
+    /// Loads a controller's new component and lets it take over from the
+    /// running one (the runner's zero-loss hand-over).
+    pub(super) async fn swap_controller(
+        &self,
+        key: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        fetched: Fetched,
+    ) -> Result<(), (Refusal, bool)> {
+        let controller = effective.controller.as_ref().expect("swap_controller is for controllers");
+        let Some((name, watches)) = self.loaded.lock().get(key).map(|l| (l.registry_name.clone(), l.watches.clone()))
+        else {
+            return Err((Refusal { reason: "SwapFailed", message: "not running".into() }, true));
+        };
+        let digest = fetched.digest.clone();
+        let mut next = self
+            .prepare_controller(&name, plugin, effective, controller, &watches, fetched)
+            .await
+            .map_err(|r| (Refusal { reason: "SwapFailed", message: r.message }, false))?;
+        let old = self.loaded.lock().get_mut(key).and_then(|l| l.runner.take());
+        if let Some(old) = old {
+            next.take_over(old).await;
+        } else {
+            next.run();
+        }
+        tracing::info!(plugin = %name, %digest, "swapped to a new version");
+        if let Some(l) = self.loaded.lock().get_mut(key) {
+            l.digest = digest;
+            l.runner = Some(next);
+        }
+        Ok(())
+    }
+
+    async fn prepare_controller(
+        &self,
+        name: &str,
+        plugin: &Plugin,
+        effective: &Effective,
+        controller: &ControllerSettings,
+        watches: &[String],
+        fetched: Fetched,
+    ) -> Result<ControllerRunner, Refusal> {
+        let not_loaded = |message: String| Refusal { reason: "LoadFailed", message };
+        let informers = watches
+            .iter()
+            .map(|w| self.registry.informer(w).ok_or_else(|| not_loaded(format!("informer {w} is gone"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (runtime, writer) = (self.registry.runtime().clone(), self.writer.clone());
+        let (name, namespace) = (name.to_string(), plugin.namespace().unwrap_or_default());
+        let (kind, effective, controller) = (plugin.spec.watch.kind.clone(), effective.clone(), controller.clone());
+        let Fetched { bytes, origin, .. } = fetched;
+        let log_sink = self.options.log_sink.clone();
+        let handle = tokio::runtime::Handle::current();
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _entered = handle.enter();
+            let _span = span.enter();
+            let assembly = Assembly {
+                name: &name,
+                namespace: &namespace,
+                primary_kind: &kind,
+                effective: &effective,
+                settings: &controller,
+                informers,
+                log_sink,
+                origin: &origin,
+            };
+            reconcilers::prepare(&runtime, writer, assembly, &bytes)
+        })
+        .await
+        .map_err(|e| not_loaded(e.to_string()))?
+        .map_err(|e| not_loaded(e.to_string()))
+    }
+}

@@ -7,22 +7,31 @@ use crate::informer::Object;
 use crate::plugin::{Limits, OnTrap};
 use crate::registry::OnSwap;
 
-struct Fixture {
-    dir: tempfile::TempDir,
+/// A directory with `manifests/` and the components `a.wasm`, `b.wasm`
+/// and `c.wasm`, where configurations are parsed (each after `prelude`).
+pub(super) struct Fixture {
+    pub(super) dir: tempfile::TempDir,
+    prelude: &'static str,
 }
 
 impl Fixture {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
+        Self::with_prelude("")
+    }
+    /// Each text parsed is `prelude` followed by the text (so lines are
+    /// counted from the prelude's first).
+    pub(super) fn with_prelude(prelude: &'static str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("manifests")).unwrap();
-        std::fs::write(dir.path().join("a.wasm"), b"\0asm").unwrap();
-        std::fs::write(dir.path().join("b.wasm"), b"\0asm").unwrap();
-        Fixture { dir }
+        for component in ["a.wasm", "b.wasm", "c.wasm"] {
+            std::fs::write(dir.path().join(component), b"\0asm").unwrap();
+        }
+        Fixture { dir, prelude }
     }
-    fn parse(&self, text: &str) -> Result<Config, ConfigError> {
-        Config::parse(text, "host.toml", self.dir.path())
+    pub(super) fn parse(&self, text: &str) -> Result<Config, ConfigError> {
+        Config::parse(&format!("{}{text}", self.prelude), "host.toml", self.dir.path())
     }
-    fn errors(&self, text: &str) -> Vec<String> {
+    pub(super) fn errors(&self, text: &str) -> Vec<String> {
         match self.parse(text) {
             Ok(_) => panic!("expected errors"),
             Err(e) => e.short_lines(),

@@ -1,30 +1,8 @@
 //! `[[controller]]` checks: what is accepted, what is refused and how the
 //! refusal reads.
 
-use super::super::{Config, ConfigError};
+use super::super::tests::Fixture;
 use super::*;
-
-struct Fixture {
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("manifests")).unwrap();
-        std::fs::write(dir.path().join("c.wasm"), b"\0asm").unwrap();
-        Fixture { dir }
-    }
-    fn parse(&self, text: &str) -> Result<Config, ConfigError> {
-        Config::parse(&format!("{INFORMERS}{text}"), "host.toml", self.dir.path())
-    }
-    fn errors(&self, text: &str) -> Vec<String> {
-        match self.parse(text) {
-            Ok(_) => panic!("expected errors"),
-            Err(e) => e.short_lines(),
-        }
-    }
-}
 
 /// Twenty lines of informers, before each test's text.
 const INFORMERS: &str = "\
@@ -71,7 +49,7 @@ config = { annotation = "a/b" }
 
 #[test]
 fn a_full_controller() {
-    let f = Fixture::new();
+    let f = Fixture::with_prelude(INFORMERS);
     let c = f.parse(RELOADER).unwrap();
     assert_eq!(c.controllers.len(), 1);
     let r = &c.controllers[0];
@@ -116,7 +94,7 @@ fn a_full_controller() {
 
 #[test]
 fn defaults_are_client_gos() {
-    let f = Fixture::new();
+    let f = Fixture::with_prelude(INFORMERS);
     let c = f.parse("[[controller]]\nname = \"c\"\nwasm = \"c.wasm\"\ninformer = \"configmaps\"\n").unwrap();
     let r = &c.controllers[0];
     assert_eq!(r.primary_kind, "ConfigMap");
@@ -134,7 +112,7 @@ fn defaults_are_client_gos() {
 
 #[test]
 fn unknown_informers_kinds_and_watches() {
-    let f = Fixture::new();
+    let f = Fixture::with_prelude(INFORMERS);
     let e = f.errors(
         r#"
 [[controller]]
@@ -172,7 +150,7 @@ watches = [{ informr = "configmaps" }]
 
 #[test]
 fn rules_and_the_kube_grant() {
-    let f = Fixture::new();
+    let f = Fixture::with_prelude(INFORMERS);
     let e = f.errors(
         r#"
 [[controller]]
@@ -210,7 +188,7 @@ rules = [{ api_groups = [""], kinds = ["ConfigMap/scale"], verbs = ["patch", "ge
 
 #[test]
 fn numbers_and_durations() {
-    let f = Fixture::new();
+    let f = Fixture::with_prelude(INFORMERS);
     let e = f.errors(
         r#"
 [[controller]]
@@ -249,7 +227,7 @@ dry_run = "yes"
 
 #[test]
 fn tenant_caps_rules_limits_and_plugin_count() {
-    let f = Fixture::new();
+    let f = Fixture::with_prelude(INFORMERS);
     let e = f.errors(
         r#"
 [[tenant]]
@@ -306,7 +284,7 @@ tenant = "nobody"
 
 #[test]
 fn controller_and_plugin_names_share_one_namespace() {
-    let f = Fixture::new();
+    let f = Fixture::with_prelude(INFORMERS);
     let e = f.errors(
         "[[plugin]]\nname = \"x\"\nwasm = \"c.wasm\"\ninformer = \"configmaps\"\n\
          [[controller]]\nname = \"x\"\nwasm = \"c.wasm\"\ninformer = \"configmaps\"\nfrobnicate = 1\n",

@@ -41,17 +41,7 @@ async fn metrics_and_readiness_follow_the_engine() {
                 s.log_dropped_bytes.store(700, Ordering::Relaxed);
                 Arc::new(s)
             },
-            info: Box::new(PluginInfo {
-                name: "recorder".into(),
-                file: "recorder.wasm".into(),
-                size_bytes: 1,
-                hash: "abc".into(),
-                world: "w".into(),
-                imports: vec![],
-                compile_time: Duration::ZERO,
-                from_cache: false,
-                instantiate_time: Duration::ZERO,
-            }),
+            info: Box::new(info("recorder")),
         },
     });
     observed.set_plugin(PluginEntry {
@@ -157,7 +147,7 @@ fn call_buckets_cumulate_to_the_count() {
     observed.set_plugin(PluginEntry {
         name: "p".into(),
         informer: "i".into(),
-        state: PluginState::Running { registration, stats: Arc::new(s), info: Box::new(info()) },
+        state: PluginState::Running { registration, stats: Arc::new(s), info: Box::new(info("p")) },
     });
     let m = Metrics::new(observed).encode();
     let bucket = |le: &str| {
@@ -173,10 +163,11 @@ fn call_buckets_cumulate_to_the_count() {
     assert!(m.contains("informer_host_plugin_call_duration_seconds_count{plugin=\"p\",informer=\"i\"} 1000"), "{m}");
 }
 
-fn info() -> PluginInfo {
+/// What loading plugin `name` (from `{name}.wasm`) reported.
+fn info(name: &str) -> PluginInfo {
     PluginInfo {
-        name: "p".into(),
-        file: "p.wasm".into(),
+        name: name.into(),
+        file: format!("{name}.wasm").into(),
         size_bytes: 1,
         hash: "abc".into(),
         world: "w".into(),

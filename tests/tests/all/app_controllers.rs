@@ -148,11 +148,11 @@ async fn the_reloader_writes_to_the_api_server_only_in_its_tenants_namespaces() 
     // first-sight patch yet would have been refused as stale (see the next
     // test); none other is.
     answered(&server).await;
-    let (patches, refused) = patches(&server);
-    assert_eq!(patches.len(), 2, "{patches:#?}");
+    let (done, refused) = patches(&server);
+    assert_eq!(done.len(), 2, "{done:#?}");
     assert!(refused.iter().all(|(_, status)| *status == 409), "{refused:#?}");
-    assert!(patches.iter().all(|p| p.contains("/namespaces/shop/deployments/web")), "{patches:#?}");
-    assert!(patches.iter().all(|p| p.contains("fieldManager=reloader")), "{patches:#?}");
+    assert!(done.iter().all(|p| p.contains("/namespaces/shop/deployments/web")), "{done:#?}");
+    assert!(done.iter().all(|p| p.contains("fieldManager=reloader")), "{done:#?}");
     assert_eq!(annotation("other", "app", On::Metadata), None, "another tenant's Deployment is never written");
     app.shutdown().await;
 }

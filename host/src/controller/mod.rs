@@ -16,6 +16,7 @@
 //! - [`runner`]: the workqueue, the workers and what feeds them.
 
 pub mod bindings;
+mod feed;
 pub mod guard;
 pub mod instance;
 pub mod keys;

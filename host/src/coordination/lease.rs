@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-/// Label on every lease this module manages; its value is [`PLUGIN`] or [`REPLICA`].
+/// Label on every lease this module manages; its value is `plugin` or `replica`.
 pub const LEASE_LABEL: &str = "informer-host.dev/lease";
 /// [`LEASE_LABEL`] value of a plugin's lease.
 pub const PLUGIN: &str = "plugin";

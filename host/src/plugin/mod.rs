@@ -74,7 +74,7 @@
 //!
 //! A handler with an `idle_timeout` drops its instance after that long
 //! without a call, and is instantiated again on its next one
-//! ([`OnWake`]); see [`idle`].
+//! ([`OnWake`]); see the `idle` module.
 
 pub(crate) mod bindings;
 pub(crate) mod handler;

@@ -3,7 +3,7 @@
 //! repeated Event into a higher `count`.
 //!
 //! This module owns the shape of an Event; storing it, and finding an
-//! identical one to aggregate into, is the caller's ([`super::writes`]).
+//! identical one to aggregate into, is the caller's (`super::writes`).
 
 use serde_json::{Value, json};
 

@@ -17,7 +17,7 @@
 //!   kind, namespace, label selector), so every informer of the directory
 //!   sees each write at once, as a watch event with a new resourceVersion.
 //! - [`ClusterWriter`] for [`EmbeddedCluster`]: writes as the API server
-//!   does them ([`writes`], [`semantics`], [`managed`], [`patch`]): create
+//!   does them (`writes`, [`semantics`], [`managed`], [`patch`]): create
 //!   with uid, creationTimestamp, generation and `generateName`;
 //!   `AlreadyExists`; replace with a resourceVersion precondition
 //!   (`Conflict`); merge patch, JSON patch and server-side apply with field
@@ -42,7 +42,7 @@
 //! decided by [`semantics::KindRules`]; no namespace existence check;
 //! namespaces are kept as written (no defaulting, as the manifests source);
 //! no admission, no defaulting of fields, no strategic merge patch (not in
-//! the write contract); garbage collection is synchronous (see [`writes`]);
+//! the write contract); garbage collection is synchronous (see `writes`);
 //! objects from files have no managed fields (they are nobody's, so an
 //! apply never conflicts with a file).
 

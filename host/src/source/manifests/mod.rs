@@ -99,13 +99,13 @@
 //!
 //! # Layout
 //!
-//! This file holds the public types, the source's state and its
-//! [`ListerWatcher`] side; `watch` turns directory events into rescans and
+//! This file holds the limits, the sink, the source's state and its
+//! [`ListerWatcher`] side; `filter` and `errors` hold the public
+//! [`ManifestFilter`] and [`ManifestError`]; `watch` turns directory events into rescans and
 //! applies their reads; `parse` turns one file's text into documents;
 //! `depth` is the linear pre-scan that keeps deep YAML away from libyaml.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -119,9 +119,11 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::selector::Selector;
 use super::versioned::VersionedStore;
 use crate::informer::{ListResult, ListerWatcher, ObjectRef, SourceError, WatchStream};
+
+pub use self::errors::ManifestError;
+pub use self::filter::ManifestFilter;
 
 /// Quiet time after a filesystem event before the changed files are read.
 pub const DEBOUNCE: Duration = Duration::from_millis(75);
@@ -196,74 +198,6 @@ impl Default for ManifestLimits {
     }
 }
 
-/// Which manifests a [`ManifestsSource`] serves. `None` selects everything.
-///
-/// ```
-/// use informer_host::source::manifests::ManifestFilter;
-/// let f = ManifestFilter::default().kind("ConfigMap").namespace("team-a").labels("app=web").unwrap();
-/// assert_eq!(f.to_string(), "kind=ConfigMap namespace=team-a labels=app=web");
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ManifestFilter {
-    /// Exact `apiVersion`, e.g. `apps/v1`.
-    pub api_version: Option<String>,
-    /// Exact `kind`, e.g. `ConfigMap`.
-    pub kind: Option<String>,
-    /// Exact `metadata.namespace`; objects without one never match.
-    pub namespace: Option<String>,
-    /// Matched against `metadata.labels`.
-    pub label_selector: Option<Selector>,
-}
-
-impl ManifestFilter {
-    pub fn api_version(mut self, api_version: impl Into<String>) -> Self {
-        self.api_version = Some(api_version.into());
-        self
-    }
-    pub fn kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = Some(kind.into());
-        self
-    }
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
-        self
-    }
-    /// Parses and sets the label selector.
-    pub fn labels(mut self, selector: &str) -> Result<Self, super::selector::SelectorError> {
-        self.label_selector = Some(Selector::parse(selector)?);
-        Ok(self)
-    }
-
-    /// Whether a (validated) manifest is selected.
-    pub fn matches(&self, manifest: &Value) -> bool {
-        let meta = &manifest["metadata"];
-        let eq = |want: &Option<String>, got: &Value| want.as_deref().is_none_or(|w| got.as_str() == Some(w));
-        eq(&self.api_version, &manifest["apiVersion"])
-            && eq(&self.kind, &manifest["kind"])
-            && eq(&self.namespace, &meta["namespace"])
-            && self.label_selector.as_ref().is_none_or(|s| s.matches_with(|k| meta["labels"][k].as_str()))
-    }
-}
-
-impl fmt::Display for ManifestFilter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        if let Some(v) = &self.api_version {
-            parts.push(format!("apiVersion={v}"));
-        }
-        if let Some(v) = &self.kind {
-            parts.push(format!("kind={v}"));
-        }
-        if let Some(v) = &self.namespace {
-            parts.push(format!("namespace={v}"));
-        }
-        if let Some(s) = self.label_selector.as_ref().filter(|s| !s.is_everything()) {
-            parts.push(format!("labels={s}"));
-        }
-        if parts.is_empty() { f.write_str("everything") } else { f.write_str(&parts.join(" ")) }
-    }
-}
-
 /// Where a source opened with [`ManifestsSource::open_into`] puts what its
 /// files define. Called with the source's state locked, in the order of
 /// the module docs (deletes first, then puts, each in key order).
@@ -298,96 +232,6 @@ fn qualified_key_of(value: &Value) -> String {
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
     let ns = value["metadata"]["namespace"].as_str().filter(|ns| !ns.is_empty());
     qualified_key(&s(&value["apiVersion"]), &s(&value["kind"]), ns, &s(&value["metadata"]["name"]))
-}
-
-/// A problem with the manifest directory, a file, or a document.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ManifestError {
-    /// The directory is missing or is not a readable directory.
-    #[error("manifest directory {}: {source}", path.display())]
-    Directory {
-        path: PathBuf,
-        #[source]
-        source: Arc<io::Error>,
-    },
-    /// A file (or subdirectory) could not be read.
-    #[error("{}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: Arc<io::Error>,
-    },
-    /// YAML or JSON that does not parse, or text that is not UTF-8;
-    /// `line`/`column` are 1-based.
-    #[error("{}:{line}:{column}: {message}", path.display())]
-    Syntax { path: PathBuf, line: usize, column: usize, message: String },
-    /// A document that parses but is not a valid manifest; `line` is where
-    /// the document's content starts.
-    #[error("{}:{line}: {message}", path.display())]
-    Document { path: PathBuf, line: usize, message: String },
-    /// A file larger than [`ManifestLimits::max_file_bytes`]; it was not read.
-    #[error("{}: the file is {size} bytes, over the limit of {limit} bytes per file", path.display())]
-    FileTooLarge { path: PathBuf, size: u64, limit: u64 },
-    /// A document larger than [`ManifestLimits::max_document_bytes`]; `line`
-    /// is where its content starts. It was not parsed.
-    #[error("{}:{line}: the document is {size} bytes, over the limit of {limit} bytes per document", path.display())]
-    DocumentTooLarge { path: PathBuf, line: usize, size: usize, limit: usize },
-    /// Mappings and sequences nested deeper than [`ManifestLimits::max_depth`]:
-    /// `line` and `column` (1-based) are where the first level too many
-    /// opens, or, without a column, where the document's content starts.
-    #[error("{}:{}: nested deeper than {limit} levels", path.display(), line_column(*line, *column))]
-    TooDeep { path: PathBuf, line: usize, column: Option<usize>, limit: usize },
-    /// `count` more `what` ("errors", "duplicate definitions") of the file
-    /// than the [`MAX_ERRORS_PER_FILE`] reported before this one.
-    #[error("{}: and {count} more {what}", path.display())]
-    More { path: PathBuf, count: usize, what: &'static str },
-    /// `key` is defined at `path:line` and already at `first_path:first_line`,
-    /// which wins.
-    #[error(
-        "{}:{line}: {key} is already defined in {}:{first_line}; that definition is used",
-        path.display(),
-        first_path.display()
-    )]
-    Duplicate { key: String, path: PathBuf, line: usize, first_path: PathBuf, first_line: usize },
-    /// The filesystem watcher failed or could not start.
-    #[error("watching {}: {message}", path.display())]
-    Watch { path: PathBuf, message: String },
-}
-
-fn line_column(line: usize, column: Option<usize>) -> String {
-    match column {
-        Some(column) => format!("{line}:{column}"),
-        None => line.to_string(),
-    }
-}
-
-impl ManifestError {
-    /// The file (or directory) the error is about.
-    pub fn path(&self) -> &Path {
-        match self {
-            ManifestError::Directory { path, .. }
-            | ManifestError::Read { path, .. }
-            | ManifestError::Syntax { path, .. }
-            | ManifestError::Document { path, .. }
-            | ManifestError::FileTooLarge { path, .. }
-            | ManifestError::DocumentTooLarge { path, .. }
-            | ManifestError::TooDeep { path, .. }
-            | ManifestError::More { path, .. }
-            | ManifestError::Duplicate { path, .. }
-            | ManifestError::Watch { path, .. } => path,
-        }
-    }
-    /// The 1-based line the error points at, when it points at one.
-    pub fn line(&self) -> Option<usize> {
-        match self {
-            ManifestError::Syntax { line, .. }
-            | ManifestError::Document { line, .. }
-            | ManifestError::DocumentTooLarge { line, .. }
-            | ManifestError::TooDeep { line, .. }
-            | ManifestError::Duplicate { line, .. } => Some(*line),
-            _ => None,
-        }
-    }
 }
 
 /// A [`ListerWatcher`] over a directory of manifests. Cheap to clone; the
@@ -671,6 +515,8 @@ impl ListerWatcher for ManifestsSource {
 }
 
 mod depth;
+mod errors;
+mod filter;
 mod parse;
 mod watch;
 

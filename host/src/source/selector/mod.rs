@@ -22,7 +22,7 @@
 //! express, are rejected with a clear error.
 //!
 //! It may not know where objects come from: it matches an
-//! [`Object`](crate::informer::Object) or any `(key, value)` iterator.
+//! [`Object`] or any `(key, value)` iterator.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -84,6 +84,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 mod authz;
+mod body;
 mod discovery;
 mod faults;
 mod http;

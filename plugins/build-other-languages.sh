@@ -216,7 +216,7 @@ if ((${#c_plugins[@]})); then
     start=$SECONDS
     core="$work/c/${name//-/_}.core.wasm"
     clang "${c_flags[@]}" -Wall -Wextra -Wpedantic -I "$bindings" -I "$sdk/c" \
-      "$dir"/*.c "$sdk/c/informer_guest.c" "$work/c/batched_handler.o" "$bindings/batched_handler_component_type.o" \
+      "$dir"/*.c "$sdk/c"/informer_guest*.c "$work/c/batched_handler.o" "$bindings/batched_handler_component_type.o" \
       -Wl,--strip-debug -o "$core" >&2
     "$tool" component "$core" "$dest.tmp" >&2
     publish "$dest.tmp" "$dest" $((SECONDS - start))

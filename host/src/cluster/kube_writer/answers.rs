@@ -5,7 +5,7 @@
 use http::StatusCode;
 use serde_json::Value;
 
-use super::super::{Cause, WriteError};
+use crate::cluster::{Cause, WriteError};
 
 /// The longest an error message taken from a response body may be.
 const MAX_MESSAGE_BYTES: usize = 4096;

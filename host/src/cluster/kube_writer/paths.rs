@@ -3,7 +3,7 @@
 
 use kube::discovery::ApiResource;
 
-use super::super::{Target, WriteError};
+use crate::cluster::{Target, WriteError};
 
 /// What discovery says about one kind.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 use http::Method;
 use serde_json::{Value, json};
 
-use super::super::{DeleteOptions, WriteError, WriteParams};
 use super::paths::percent_encode;
+use crate::cluster::{DeleteOptions, WriteError, WriteParams};
 
 pub(super) const JSON: &str = "application/json";
 pub(super) const MERGE_PATCH: &str = "application/merge-patch+json";

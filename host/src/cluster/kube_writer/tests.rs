@@ -4,7 +4,7 @@ use super::answers::{error_of, still_there};
 use super::paths::path_segment;
 use super::request::delete_options;
 use super::*;
-use crate::cluster::{Cause, DeleteOptions};
+use crate::cluster::{Cause, DeleteOptions, Propagation};
 
 #[test]
 fn a_status_body_is_typed_with_its_causes() {
@@ -68,7 +68,7 @@ fn delete_options_carry_preconditions_propagation_and_dry_run() {
     let options = DeleteOptions {
         uid: Some("u".into()),
         resource_version: Some("7".into()),
-        propagation: Some(super::super::Propagation::Foreground),
+        propagation: Some(Propagation::Foreground),
     };
     assert_eq!(
         delete_options(&options, true),

@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::super::selector::{Selector, SelectorError};
+use crate::source::selector::{Selector, SelectorError};
 
 /// Which manifests a [`ManifestsSource`](super::ManifestsSource) serves. `None` selects everything.
 ///

@@ -122,6 +122,12 @@ impl Observed {
     pub fn is_held(&self, now: Instant) -> bool {
         !self.record.holder.is_empty() && self.at + self.record.duration > now
     }
+    /// Nobody holds it and its record has not changed for `after`: a
+    /// released lease nobody took, or one whose holder stopped renewing
+    /// (a crashed replica, a plugin no replica runs any more).
+    pub fn is_abandoned(&self, now: Instant, after: Duration) -> bool {
+        !self.is_held(now) && now.saturating_duration_since(self.at) >= after
+    }
 }
 
 /// What `tryAcquireOrRenew` does with a lease.
@@ -300,6 +306,27 @@ mod tests {
         assert_eq!(seen.at, Instant::now());
         tokio::time::advance(Duration::from_secs(8)).await;
         assert_eq!(claim("baz", Some(&seen), Instant::now()), Claim::HeldBy("bing".into()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_is_abandoned_only_when_unheld_and_unchanged_for_the_whole_period() {
+        let after = Duration::from_secs(60);
+        let held = observed("bing", Instant::now());
+        let free =
+            Observed { record: Record::of(&released(&lease_of("baz"), SystemTime::now()), DUR), at: Instant::now() };
+        tokio::time::advance(Duration::from_secs(59)).await;
+        // Expired (10 s) and released, but not for the whole period yet.
+        assert!(!held.is_held(Instant::now()) && !held.is_abandoned(Instant::now(), after));
+        assert!(!free.is_abandoned(Instant::now(), after));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(held.is_abandoned(Instant::now(), after) && free.is_abandoned(Instant::now(), after));
+        // A lease whose own duration outlasts the period is not abandoned
+        // while it holds.
+        let mut long = lease_of("bing");
+        long.spec.as_mut().unwrap().lease_duration_seconds = Some(3600);
+        let long = Observed { record: Record::of(&long, DUR), at: Instant::now() };
+        tokio::time::advance(Duration::from_secs(120)).await;
+        assert!(!long.is_abandoned(Instant::now(), after));
     }
 
     #[test]

@@ -36,6 +36,15 @@
 //!   lease (no holder, a one-second duration), so the others take them on
 //!   their next round. Dropping a [`Coordinator`] without `shutdown` stops
 //!   it at once and releases nothing, as a crash would: its leases expire.
+//! - A lease nobody holds whose record has not changed for
+//!   [`CoordinatorConfig::abandoned_after`] (the membership of a replica
+//!   that crashed, the lease of a plugin no replica runs any more) is
+//!   deleted by the first live replica that notices, as the API server's
+//!   own lease garbage collector deletes expired identity leases. The delete
+//!   carries the listed `resourceVersion` as a precondition, so a lease
+//!   renewed since the list is kept (`409`). A replica never deletes its
+//!   own membership, nor the lease of a plugin it runs (it takes that one
+//!   instead).
 //! - A new replica's first round only registers its membership; it takes
 //!   plugins from its second round, once the others' memberships are
 //!   visible, so replicas started together do not first grab everything.
@@ -74,6 +83,13 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
+/// The default [`CoordinatorConfig::abandoned_after`]: 40 lease durations,
+/// long enough that only a replica or plugin that is gone leaves a lease
+/// unrenewed that long (a partitioned replica that comes back recreates its
+/// membership), short enough that `kubectl get leases` shows the replicas
+/// and plugins there are rather than every pod and plugin there ever was.
+pub const ABANDONED_AFTER: Duration = Duration::from_secs(600);
+
 /// Where and how a replica coordinates (client-go's `LeaderElectionConfig`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CoordinatorConfig {
@@ -89,6 +105,11 @@ pub struct CoordinatorConfig {
     pub renew_deadline: Duration,
     /// Time between rounds.
     pub retry_period: Duration,
+    /// How long a managed lease may sit unheld and unchanged before a live
+    /// replica deletes it: the membership of a replica that crashed, the
+    /// lease of a plugin no replica runs any more. At least
+    /// `lease_duration`.
+    pub abandoned_after: Duration,
 }
 
 impl CoordinatorConfig {
@@ -100,6 +121,7 @@ impl CoordinatorConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            abandoned_after: ABANDONED_AFTER,
         }
     }
 
@@ -126,6 +148,9 @@ impl CoordinatorConfig {
         if self.renew_deadline <= self.retry_period.mul_f64(1.2) {
             return bad("renew_deadline must be greater than 1.2 × retry_period");
         }
+        if self.abandoned_after < self.lease_duration {
+            return bad("abandoned_after must be at least lease_duration");
+        }
         Ok(())
     }
 }
@@ -147,6 +172,9 @@ pub struct CoordinatorStats {
     pub releases: u64,
     /// Writes that lost an optimistic-concurrency race (`409`).
     pub conflicts: u64,
+    /// Abandoned leases this replica deleted (see
+    /// [`CoordinatorConfig::abandoned_after`]).
+    pub collected: u64,
 }
 
 #[derive(Default)]
@@ -156,6 +184,7 @@ struct Counters {
     losses: AtomicU64,
     releases: AtomicU64,
     conflicts: AtomicU64,
+    collected: AtomicU64,
 }
 
 impl Counters {
@@ -236,6 +265,7 @@ impl Coordinator {
             losses: get(&c.losses),
             releases: get(&c.releases),
             conflicts: get(&c.conflicts),
+            collected: get(&c.collected),
         }
     }
 
@@ -282,5 +312,7 @@ mod tests {
         assert!(with(|c| c.lease_duration = Duration::from_millis(15500)).is_err());
         assert!(with(|c| c.identity.clear()).is_err());
         assert!(with(|c| c.namespace.clear()).is_err());
+        assert!(with(|c| c.abandoned_after = c.lease_duration - Duration::from_secs(1)).is_err());
+        assert!(with(|c| c.abandoned_after = c.lease_duration).is_ok());
     }
 }

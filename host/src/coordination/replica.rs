@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep_until};
@@ -261,7 +261,48 @@ impl Rounds {
                 Claim::Renew | Claim::Acquire => self.acquire(key, leases.get(&name)).await,
             }
         }
+        self.collect_abandoned(&leases, &plugins, now).await;
         Ok(())
+    }
+
+    /// Deletes the leases nobody has held or changed for `abandoned_after`:
+    /// memberships of replicas that are gone, and leases of plugins this
+    /// replica does not run (one it runs it would rather take). The listed
+    /// `resourceVersion` is the delete's precondition, so a lease renewed
+    /// since the list stays; of replicas deleting the same lease, one
+    /// succeeds and the others get `404` or `409`.
+    async fn collect_abandoned(&mut self, leases: &HashMap<String, Lease>, plugins: &BTreeSet<String>, now: Instant) {
+        let cfg = self.cfg().clone();
+        let me = replica_lease_name(&cfg.identity);
+        for (name, lease) in leases {
+            if *name == me || !self.observed[name].is_abandoned(now, cfg.abandoned_after) {
+                continue;
+            }
+            let key = lease.metadata.annotations.as_ref().and_then(|a| a.get(PLUGIN_KEY_ANNOTATION));
+            match kind(lease) {
+                REPLICA => {}
+                PLUGIN if key.is_none_or(|k| !plugins.contains(k)) => {}
+                _ => continue,
+            }
+            let preconditions = Preconditions {
+                resource_version: lease.metadata.resource_version.clone(),
+                uid: lease.metadata.uid.clone(),
+            };
+            let dp = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
+            match self.api.delete(name, &dp).await {
+                Ok(_) => {
+                    Counters::add(&self.shared.counters.collected, 1);
+                    self.observed.remove(name);
+                    tracing::info!(identity = %cfg.identity, lease = %name, holder = holder(lease), "abandoned lease deleted");
+                }
+                Err(e) if is_conflict(&e) || is_not_found(&e) => {
+                    tracing::debug!(identity = %cfg.identity, lease = %name, error = %e, "abandoned lease changed or gone first");
+                }
+                Err(e) => {
+                    tracing::warn!(identity = %cfg.identity, lease = %name, error = %e, "deleting an abandoned lease failed")
+                }
+            }
+        }
     }
 
     /// Creates or renews this replica's membership lease.

@@ -146,7 +146,8 @@ fn plugin_resources_metrics(
     counters(encoder, "leases_acquisitions", "Plugin Leases taken", &[(l(), c.acquisitions)])?;
     counters(encoder, "leases_losses", "Plugin Leases lost (renew deadline passed, or taken)", &[(l(), c.losses)])?;
     counters(encoder, "leases_releases", "Plugin Leases handed over", &[(l(), c.releases)])?;
-    counters(encoder, "leases_conflicts", "Lease writes refused with 409 Conflict", &[(l(), c.conflicts)])
+    counters(encoder, "leases_conflicts", "Lease writes refused with 409 Conflict", &[(l(), c.conflicts)])?;
+    counters(encoder, "leases_collected", "Abandoned Leases deleted", &[(l(), c.collected)])
 }
 
 /// client-go's workqueue metrics, one series per controller.

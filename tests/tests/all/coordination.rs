@@ -1,5 +1,6 @@
 //! Three replicas sharing plugins through coordination.k8s.io Leases on the
-//! test API server (`informer_host::coordination`, issue 13 item 3).
+//! test API server (`informer_host::coordination`, issue 13 item 3), and
+//! the deletion of the leases they abandon.
 //!
 //! The clock is tokio's paused clock: the API server runs in the same
 //! runtime on loopback, so every bound below is on virtual time and speaks
@@ -12,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use e2e::apiserver::{ApiServer, namespace};
-use informer_host::coordination::{Coordinator, CoordinatorConfig, fair_share, plugin_lease_name};
+use informer_host::coordination::{Coordinator, CoordinatorConfig, fair_share, plugin_lease_name, replica_lease_name};
 use parking_lot::Mutex;
+use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -309,4 +311,95 @@ async fn a_partitioned_replica_stops_owning_at_its_renew_deadline_before_another
     checker.task.abort();
     drop(a);
     b.shutdown().await;
+}
+
+fn lease_exists(server: &ApiServer, name: &str) -> bool {
+    server.get("coordination.k8s.io/v1", "Lease", Some(NS), name).is_some()
+}
+
+/// The membership of a crashed replica and the lease of a removed plugin
+/// are deleted once nobody has held or changed them for `abandoned_after`,
+/// and not before; the leases of live replicas and running plugins, and a
+/// Lease the coordinator does not manage, stay. The crashed replica's
+/// identity can come back and gets its membership and share again.
+#[tokio::test(start_paused = true)]
+async fn abandoned_leases_are_deleted_after_the_period_and_live_ones_never() {
+    const ABANDONED: Duration = Duration::from_secs(60);
+    let cfg = |identity: &str| CoordinatorConfig { abandoned_after: ABANDONED, ..config(identity) };
+    let server = server().await;
+    let foreign = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "someone-elses", "namespace": NS}, "spec": {}});
+    server.create(foreign).unwrap();
+    let start = |identity: &str| Coordinator::start(server.client(), cfg(identity), CancellationToken::new()).unwrap();
+    let (a, b, c) = (start("replica-a"), start("replica-b"), start("replica-c"));
+    let (ra, rb, rc) = (a.owned(), b.owned(), c.owned());
+    for r in [&a, &b, &c] {
+        r.set_plugins(keys());
+    }
+    let all: BTreeSet<String> = keys().into_iter().collect();
+    let rxs = [ra.clone(), rb.clone(), rc.clone()];
+    wait_for("every plugin owned", 3 * RETRY + Duration::from_millis(500), || union(&rxs, &[0, 1, 2]) == all).await;
+    let checker = Checker::start(rxs.to_vec());
+
+    // c crashes: nothing released, its membership stops changing.
+    *checker.alive.lock() = 2;
+    let crashed = Instant::now();
+    drop(c);
+    let c_membership = replica_lease_name("replica-c");
+    // A plugin of a live replica is removed: its lease is released and
+    // nobody takes it.
+    let removed = ra.borrow().iter().next().unwrap().clone();
+    let rest: Vec<String> = keys().into_iter().filter(|k| *k != removed).collect();
+    a.set_plugins(rest.clone());
+    b.set_plugins(rest.clone());
+    wait_for("the removed plugin released", 2 * RETRY, || holder_of(&server, &removed).is_none()).await;
+    let released = Instant::now();
+    let removed_lease = plugin_lease_name(&removed);
+
+    // Not before the period: c's last renewal was at most one round
+    // before the crash, the release is no older than now.
+    tokio::time::sleep_until(crashed + ABANDONED - RETRY - Duration::from_millis(500)).await;
+    assert!(lease_exists(&server, &c_membership), "the crashed replica's membership deleted early");
+    tokio::time::sleep_until(released + ABANDONED - Duration::from_millis(500)).await;
+    assert!(lease_exists(&server, &removed_lease), "the removed plugin's lease deleted early");
+    // Within the period plus the rounds that see the last change and act.
+    let limit = ABANDONED + 2 * RETRY + Duration::from_millis(500);
+    wait_for("the crashed replica's membership deleted", crashed + limit - Instant::now(), || {
+        !lease_exists(&server, &c_membership)
+    })
+    .await;
+    eprintln!("abandoned membership deleted {:?} after the crash (virtual)", crashed.elapsed());
+    wait_for("the removed plugin's lease deleted", released + limit - Instant::now(), || {
+        !lease_exists(&server, &removed_lease)
+    })
+    .await;
+
+    // c comes back under the same name: a new membership, a fair share.
+    let c = start("replica-c");
+    let rc = c.owned();
+    c.set_plugins(rest.clone());
+    *checker.alive.lock() = 3;
+    wait_for("the returning replica gets its share", LEASE + 4 * RETRY, || rc.borrow().len() == fair_share(P - 1, 3))
+        .await;
+    assert!(lease_exists(&server, &c_membership));
+
+    // Steady for several periods: nothing live is deleted.
+    tokio::time::sleep(3 * ABANDONED).await;
+    for key in &rest {
+        assert!(holder_of(&server, key).is_some(), "{key}: lease gone or unheld");
+    }
+    for identity in ["replica-a", "replica-b", "replica-c"] {
+        assert!(lease_exists(&server, &replica_lease_name(identity)), "{identity}'s membership deleted");
+    }
+    assert!(lease_exists(&server, "someone-elses"), "a lease the coordinator does not manage was deleted");
+    assert!(!lease_exists(&server, &removed_lease), "the removed plugin's lease came back");
+    let collected: u64 = [&a, &b, &c].iter().map(|r| r.stats().collected).sum();
+    assert_eq!(collected, 2, "exactly the two abandoned leases were deleted, once each");
+    let rest: BTreeSet<String> = rest.into_iter().collect();
+    assert_eq!(union(&[ra, rb, rc], &[0, 1, 2]), rest, "every remaining plugin owned");
+    for r in [a, b, c] {
+        r.shutdown().await;
+    }
+    checker.assert_clean();
+    checker.task.abort();
 }

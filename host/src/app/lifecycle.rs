@@ -28,7 +28,8 @@ use crate::admin_api::{self, AdminConfig};
 use crate::config::{Config, DEFAULT_SHUTDOWN_GRACE, InformerConfig, PluginConfig};
 use crate::coordination::{Coordinator, CoordinatorConfig};
 use crate::informer::{
-    IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, ObjectRef, SharedIndexInformer, strip_fields,
+    IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, SharedIndexInformer, field_index, label_index, parse_field_path,
+    strip_fields,
 };
 use crate::kube_plugins::{PluginResources, PluginResourcesOptions};
 use crate::metrics::{InformerEntry, Observed, Readiness};
@@ -38,11 +39,6 @@ use super::format::{fmt_duration, fmt_size};
 use super::plugins::Plugins;
 use super::sources::Sources;
 use super::{AppError, RunOptions, health};
-
-/// A label-key index: objects by the value of one label.
-fn label_index(key: String) -> IndexFunc {
-    Arc::new(move |o: &ObjectRef| o.label(&key).map(|v| vec![v.to_string()]).unwrap_or_default())
-}
 
 /// The resync check period an informer starts with: its own resync,
 /// lowered to the shortest resync of a plugin of the config on it.
@@ -161,9 +157,14 @@ impl App {
                     message: format!("cannot set the strip transform: {e}"),
                 })?;
             }
-            if !cfg.indexers.is_empty() {
-                let map: HashMap<String, IndexFunc> =
+            if !cfg.indexers.is_empty() || !cfg.field_indexers.is_empty() {
+                let mut map: HashMap<String, IndexFunc> =
                     cfg.indexers.iter().map(|k| (k.clone(), label_index(k.clone()))).collect();
+                for (name, queries) in &cfg.field_indexers {
+                    // Checked when the config was read.
+                    let paths = queries.iter().filter_map(|q| parse_field_path(q).ok()).collect();
+                    map.insert(name.clone(), field_index(paths));
+                }
                 informer.add_indexers(map).map_err(|e| AppError::Informer {
                     at,
                     name: cfg.name.clone(),
@@ -468,17 +469,6 @@ pub async fn shutdown_signal() -> &'static str {
 mod tests {
     use super::*;
     use crate::config::Location;
-
-    #[test]
-    fn label_indexes() {
-        let f = label_index("app".into());
-        let o: ObjectRef = Arc::new(
-            crate::informer::Object::from_json(r#"{"metadata":{"name":"a","labels":{"app":"web"}}}"#).unwrap(),
-        );
-        assert_eq!(f(&o), ["web"]);
-        let o: ObjectRef = Arc::new(crate::informer::Object::from_json(r#"{"metadata":{"name":"a"}}"#).unwrap());
-        assert!(f(&o).is_empty());
-    }
 
     #[test]
     fn plugins_lower_the_resync_check_period_their_informer_starts_with() {

@@ -6,7 +6,7 @@
 //! sections (`informer = "..."` in a plugin or controller) are checked
 //! through [`Cx::known_informer`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,6 +21,9 @@ pub struct InformerConfig {
     pub resync: Duration,
     /// Label keys to index by; each index is named after its key.
     pub indexers: Vec<String>,
+    /// Field indexes by name: the JSONPath queries whose string results
+    /// index each object (`field_indexers`), in name order.
+    pub field_indexers: Vec<(String, Vec<String>)>,
     /// What is dropped from each object before the cache (`strip`).
     pub strip: crate::informer::Strip,
     /// The FIFO between its reflector and its cache (`fifo`).
@@ -36,6 +39,7 @@ impl InformerConfig {
             && self.source == other.source
             && self.resync == other.resync
             && self.indexers == other.indexers
+            && self.field_indexers == other.field_indexers
             && self.strip == other.strip
             && self.fifo == other.fifo
     }
@@ -107,6 +111,7 @@ pub(super) struct RawInformer {
     // informer
     resync: Option<S<String>>,
     indexers: Option<Vec<S<String>>>,
+    field_indexers: Option<BTreeMap<String, S<Vec<S<String>>>>>,
     strip: Option<Vec<S<String>>>,
     fifo: Option<S<String>>,
     watch_list: Option<S<bool>>,
@@ -131,6 +136,7 @@ impl RawInformer {
                 field_selector,
                 resync,
                 indexers,
+                field_indexers,
                 strip,
                 fifo,
                 watch_list
@@ -162,6 +168,7 @@ impl<'a> Cx<'a> {
                 indexers.push(k.clone());
             }
         }
+        let field_indexers = self.field_indexers(r.field_indexers.unwrap_or_default(), &indexers);
         let mut strip = crate::informer::Strip::default();
         for what in r.strip.iter().flatten() {
             match what.get_ref().as_str() {
@@ -273,10 +280,49 @@ impl<'a> Cx<'a> {
             source,
             resync,
             indexers,
+            field_indexers,
             strip,
             fifo,
             location,
         })
+    }
+
+    /// `field_indexers = { name = ["$.json.path", ...] }`: names apart from
+    /// the built-in `namespace` and the label `indexers`, each with at
+    /// least one query that parses as RFC 9535 JSONPath.
+    fn field_indexers(
+        &mut self,
+        raw: BTreeMap<String, S<Vec<S<String>>>>,
+        label_indexers: &[String],
+    ) -> Vec<(String, Vec<String>)> {
+        let mut out = Vec::new();
+        for (name, queries) in raw {
+            if name.is_empty() {
+                self.error(queries.span(), "a field indexer's name must not be empty");
+            } else if name == crate::informer::NAMESPACE_INDEX {
+                self.error(queries.span(), "the `namespace` index is built in; name the field indexer otherwise");
+            } else if label_indexers.contains(&name) {
+                self.error(queries.span(), format!("field indexer {name:?} has the name of a label indexer"));
+            }
+            if queries.get_ref().is_empty() {
+                self.error(queries.span(), format!("field indexer {name:?} needs at least one JSONPath query"));
+            }
+            for q in queries.get_ref() {
+                if let Err(e) = crate::informer::parse_field_path(q.get_ref()) {
+                    let hint = if q.get_ref().trim_start().starts_with('$') {
+                        ""
+                    } else {
+                        " (a query starts with `$`: \"$.spec.volumes[*].configMap.name\")"
+                    };
+                    self.error(
+                        q.span(),
+                        format!("field indexer {name:?}: invalid JSONPath {:?}: {e}{hint}", q.get_ref()),
+                    );
+                }
+            }
+            out.push((name, queries.into_inner().into_iter().map(S::into_inner).collect()));
+        }
+        out
     }
 
     /// Whether the informer `v` names is defined (reported when not).

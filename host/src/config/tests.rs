@@ -349,6 +349,31 @@ fn indexer_problems() {
 }
 
 #[test]
+fn field_indexers_are_read_in_name_order_and_bad_ones_are_named_at_their_query() {
+    let f = Fixture::new();
+    let base = "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\nindexers = [\"app\"]\n";
+    let good = format!(
+        "{base}[informer.field_indexers]\nsecrets = [\"$.spec.volumes[*].secret.secretName\"]\nconfigmaps = [\"$..configMapRef.name\", \"$.spec.volumes[*].configMap.name\"]\n"
+    );
+    let c = Config::parse(&good, "host.toml", f.dir.path()).unwrap();
+    let names: Vec<&str> = c.informers[0].field_indexers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["configmaps", "secrets"]);
+    assert_eq!(c.informers[0].field_indexers[0].1, ["$..configMapRef.name", "$.spec.volumes[*].configMap.name"]);
+
+    let bad = format!(
+        "{base}field_indexers = {{ refs = [\"$.ok\", \"spec.name\"], none = [], namespace = [\"$.x\"], app = [\"$.y\"] }}\n"
+    );
+    let e = f.errors(&bad);
+    assert_eq!(e.len(), 4, "{e:?}");
+    // In file order, each at its value.
+    assert!(e[0].starts_with("host.toml:6:36: field indexer \"refs\": invalid JSONPath \"spec.name\""), "{e:?}");
+    assert!(e[0].contains("a query starts with `$`"), "{e:?}");
+    assert!(e[1].contains("field indexer \"none\" needs at least one JSONPath query"), "{e:?}");
+    assert!(e[2].contains("the `namespace` index is built in"), "{e:?}");
+    assert!(e[3].contains("field indexer \"app\" has the name of a label indexer"), "{e:?}");
+}
+
+#[test]
 fn strip_names_what_it_drops_or_is_refused_at_its_value() {
     let f = Fixture::new();
     let base = "[[informer]]\nname = \"a\"\nsource = \"manifests\"\ndir = \"manifests\"\n";

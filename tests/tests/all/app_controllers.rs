@@ -51,8 +51,8 @@ fn stored_hash(server: &ApiServer, namespace: &str, name: &str, on: On) -> Optio
 
 /// Starts the program with the reloader of tenant `shop` on Deployments,
 /// ConfigMaps and Secrets of `server`; `deployments` is added to the
-/// Deployments' `[[informer]]` table.
-async fn start_reloader(server: &ApiServer, dir: &std::path::Path, deployments: &str) -> App {
+/// Deployments' `[[informer]]` table, `controller` to the reloader's.
+async fn start_reloader(server: &ApiServer, dir: &std::path::Path, deployments: &str, controller: &str) -> App {
     let kubeconfig = dir.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig, None);
     let wasm = plugin_build::plugin_path("reloader");
@@ -92,6 +92,7 @@ rules = [
   {{ api_groups = [""], kinds = ["Event"], verbs = ["create"] }},
 ]
 tenant = "shop"
+{controller}
 "#
     );
     let config = Config::parse(&text, "host.toml", dir).unwrap_or_else(|e| panic!("{e}"));
@@ -132,7 +133,7 @@ async fn the_reloader_writes_to_the_api_server_only_in_its_tenants_namespaces() 
     server.create(deployment("other", "app", "cfg")).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let app = start_reloader(&server, dir.path(), "").await;
+    let app = start_reloader(&server, dir.path(), "", "").await;
     let annotation = |ns: &str, name: &str, on: On| stored_hash(&server, ns, name, on);
     eventually("the first-sight patch on the server", || annotation("shop", "web", On::Metadata).is_some()).await;
     eventually("ready", || app.readiness().ready).await;
@@ -157,6 +158,44 @@ async fn the_reloader_writes_to_the_api_server_only_in_its_tenants_namespaces() 
     app.shutdown().await;
 }
 
+/// With a field index of the Deployments by the ConfigMaps their pod
+/// templates use (as `examples/host.toml` configures it), the reloader maps
+/// a changed ConfigMap with one index lookup: the Deployment that uses it
+/// rolls, the one beside it that uses another does not. (Without the index
+/// the same is done by listing the namespace, the tests above.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reloader_maps_a_change_through_a_field_index_of_the_deployments() {
+    let server = ApiServer::start().await;
+    server.create(config_map("shop", "web-config", &[], &[("A", "1")])).unwrap();
+    server.create(config_map("shop", "api-config", &[], &[("B", "1")])).unwrap();
+    server.create(deployment("shop", "web", "web-config")).unwrap();
+    server.create(deployment("shop", "api", "api-config")).unwrap();
+    let index = r#"
+[informer.field_indexers]
+configmaps = ["$.spec.template.spec['containers','initContainers'][*].envFrom[*].configMapRef.name"]
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let app = start_reloader(&server, dir.path(), index, r#"config = { configmap_index = "configmaps" }"#).await;
+    let annotation = |name: &str, on: On| stored_hash(&server, "shop", name, on);
+    eventually("the first-sight patches", || {
+        annotation("web", On::Metadata).is_some() && annotation("api", On::Metadata).is_some()
+    })
+    .await;
+    eventually("ready", || app.readiness().ready).await;
+
+    server.update(config_map("shop", "web-config", &[], &[("A", "2")])).unwrap();
+    eventually("web rolls", || annotation("web", On::Template).is_some()).await;
+    answered(&server).await;
+    let (done, refused) = patches(&server);
+    assert_eq!(done.len(), 3, "two first sights and one roll: {done:#?}");
+    assert!(refused.iter().all(|r| r.1 == 409), "{refused:#?}");
+    assert_eq!(annotation("api", On::Template), None, "api uses another ConfigMap: not rolled");
+
+    server.update(config_map("shop", "api-config", &[], &[("B", "2")])).unwrap();
+    eventually("api rolls", || annotation("api", On::Template).is_some()).await;
+    app.shutdown().await;
+}
+
 /// The Deployments' cache lags the server: the reloader's first-sight patch
 /// is stored, but the informer has not delivered it when the ConfigMap
 /// changes. The reconcile that change causes sees no hash and decides
@@ -173,7 +212,7 @@ async fn the_reloader_rolls_when_a_change_arrives_before_its_own_patch_is_in_the
     // their watch waits: the cache stays at the listed version.
     server.hold_watches_of(&["deployments"]);
     let dir = tempfile::tempdir().unwrap();
-    let app = start_reloader(&server, dir.path(), "watch_list = false").await;
+    let app = start_reloader(&server, dir.path(), "watch_list = false", "").await;
     let annotation = |on: On| stored_hash(&server, "shop", "web", on);
     eventually("the first-sight patch on the server", || annotation(On::Metadata).is_some()).await;
     eventually("ready", || app.readiness().ready).await;

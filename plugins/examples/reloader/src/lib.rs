@@ -5,6 +5,13 @@
 //! - `configmaps`, `secrets` (v1): secondaries, mapped by [`Reconciler::map`]
 //!   to the Deployments of their namespace that use them.
 //!
+//! `map` finds those Deployments with one index lookup when the deployments
+//! informer has a field index of the names each pod template uses (its
+//! values are then the used objects' keys) and the config names it
+//! (`configmap_index`, `secret_index`; `examples/host.toml` shows the
+//! JSONPath queries); without one it reads every Deployment of the
+//! namespace.
+//!
 //! A reconcile hashes (SHA-256) the data of every ConfigMap and Secret the
 //! pod template uses (`env[].valueFrom`, `envFrom[]`, `volumes[]`, projected
 //! volumes; in containers and init containers) and compares the hash with
@@ -44,6 +51,10 @@ struct Settings {
     secrets: String,
     /// The annotation that holds the hash.
     annotation: String,
+    /// Field indexes of the deployments informer by the ConfigMaps and
+    /// Secrets their pod templates use (values: `namespace/name`).
+    configmap_index: Option<String>,
+    secret_index: Option<String>,
 }
 
 impl Default for Settings {
@@ -53,6 +64,8 @@ impl Default for Settings {
             configmaps: "configmaps".into(),
             secrets: "secrets".into(),
             annotation: "informer-host.dev/config-hash".into(),
+            configmap_index: None,
+            secret_index: None,
         }
     }
 }
@@ -137,11 +150,20 @@ impl Reconciler for Reloader {
     }
 
     fn map(&mut self, informer: &str, obj: &Object) -> Vec<String> {
-        let kind = match informer {
-            i if i == self.settings.configmaps => Kind::ConfigMap,
-            i if i == self.settings.secrets => Kind::Secret,
+        let (kind, index) = match informer {
+            i if i == self.settings.configmaps => (Kind::ConfigMap, &self.settings.configmap_index),
+            i if i == self.settings.secrets => (Kind::Secret, &self.settings.secret_index),
             _ => return Vec::new(),
         };
+        if let Some(index) = index {
+            return match stores::by_index(&self.settings.deployments, index, &obj.key()) {
+                Ok(deployments) => deployments.iter().map(Object::key).collect(),
+                Err(e) => {
+                    warn!("cannot look {} up in index {index}: {e}", obj.key());
+                    Vec::new()
+                }
+            };
+        }
         let Some(namespace) = obj.namespace() else { return Vec::new() };
         let used = (kind, obj.name());
         let deployments = match stores::list(&self.settings.deployments, Some(&namespace)) {

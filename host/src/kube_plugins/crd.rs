@@ -126,6 +126,13 @@ pub struct SecondaryWatch {
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
+    /// Named indexes of its cache, read with `by_index`: each object under
+    /// every string the RFC 9535 JSONPath queries select in it, prefixed
+    /// with its namespace (controller-runtime's `IndexField`), e.g.
+    /// `configmaps: ["$.spec.template.spec.volumes[*].configMap.name"]`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 8))]
+    pub field_indexers: BTreeMap<String, Vec<String>>,
     /// How its objects become keys of the primary's: `Owner` (their
     /// controller owner reference), `Label` (the value of `label` names the
     /// primary object), `Map` (the plugin's `map` export).
@@ -216,6 +223,13 @@ pub struct WatchSpec {
     pub label_selector: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field_selector: Option<String>,
+    /// Named indexes of its cache, read with `by_index`: each object under
+    /// every string the RFC 9535 JSONPath queries select in it, prefixed
+    /// with its namespace (controller-runtime's `IndexField`), e.g.
+    /// `configmaps: ["$.spec.template.spec.volumes[*].configMap.name"]`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 8))]
+    pub field_indexers: BTreeMap<String, Vec<String>>,
 }
 
 /// Per-call limits. Absent: the host's default, capped by the tenant.

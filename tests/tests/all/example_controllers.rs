@@ -876,3 +876,98 @@ async fn role_ref_change_replaces_the_binding_in_javascript() {
 async fn role_ref_change_replaces_the_binding_in_go() {
     role_ref_change_replaces_the_binding("go-namespace-defaults").await;
 }
+
+// ------------------------------------------------------ benchmark
+
+fn deployment_using(ns: &str, name: &str, config_map: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": format!("registry.example/{name}:1.0"),
+                "envFrom": [{"configMapRef": {"name": config_map}}],
+                "env": [{"name": "MODE", "value": "production"}],
+                "ports": [{"containerPort": 8080}]}]}}},
+    })
+}
+
+/// What the reloader's `map` costs per changed ConfigMap with N
+/// Deployments in its namespace, reading them all (no index) against one
+/// field-index lookup, and what the index costs the cache per Deployment
+/// added. Run with
+/// `cargo test -p e2e --test all -- --ignored --nocapture bench_reloader_map`
+/// (the host crate unoptimised, its dependencies and the guest optimised).
+#[test]
+#[ignore]
+fn bench_reloader_map_with_and_without_a_field_index() {
+    use informer_host::controller::{ControllerCtx, KeyQueue};
+    use informer_host::informer::{Indexer, Object, ObjectRef, field_index, parse_field_path};
+    use informer_host::plugin::CacheView;
+    use std::time::Instant;
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let path = "$.spec.template.spec['containers','initContainers'][*].envFrom[*].configMapRef.name";
+    println!(
+        "| deployments in the namespace | map, no index | map, field index | ratio | add, no index | add, field index |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for n in [10usize, 100, 1000] {
+        let objs: Vec<ObjectRef> = (0..n)
+            .map(|i| {
+                Arc::new(Object::from_value(&deployment_using("shop", &format!("d{i}"), &format!("cfg-{i}"))).unwrap())
+            })
+            .collect();
+        let fill = |indexed: bool| {
+            let indexer = Indexer::new();
+            if indexed {
+                let f = field_index(vec![parse_field_path(path).unwrap()]);
+                indexer.add_indexers([("configmaps".to_string(), f)].into()).unwrap();
+            }
+            let t = Instant::now();
+            for o in &objs {
+                indexer.add(o.clone());
+            }
+            (indexer, t.elapsed() / n as u32)
+        };
+        let (plain, add_plain) = fill(false);
+        let (indexed, add_indexed) = fill(true);
+        let changed: ObjectRef = Arc::new(
+            Object::from_value(&e2e::apiserver::config_map("shop", &format!("cfg-{}", n / 2), &[], &[("A", "1")]))
+                .unwrap(),
+        );
+        let per_map = |indexer: Indexer, config: &str| {
+            let ctx = Arc::new(ControllerCtx {
+                runtime: rt.handle().clone(),
+                guard: Arc::new(WriteGuard::new(GuardConfig::new("reloader"), EmbeddedCluster::in_memory().writer())),
+                primary: Some(CacheView::new(indexer.clone())),
+                stores: [
+                    ("deployments".to_string(), CacheView::new(indexer)),
+                    ("configmaps".to_string(), CacheView::new(Indexer::new())),
+                    ("secrets".to_string(), CacheView::new(Indexer::new())),
+                ]
+                .into(),
+                keys: KeyQueue::default(),
+            });
+            let log = Log::default();
+            let mut s = spec("reloader", "reloader", &log);
+            s.grants = Grants { log: true, cache: true, kube: true, ..Grants::default() };
+            s.config_json = config.into();
+            let loaded = shared_runtime().load_controller(s, ctx.clone()).unwrap();
+            let mut instance = loaded.instance(ctx).unwrap();
+            assert_eq!(instance.map("configmaps", &changed).unwrap(), [format!("shop/d{}", n / 2)]);
+            let rounds = (20_000 / n).max(20) as u32;
+            let t = Instant::now();
+            for _ in 0..rounds {
+                instance.map("configmaps", &changed).unwrap();
+            }
+            t.elapsed() / rounds
+        };
+        let scan = per_map(plain, "{}");
+        let lookup = per_map(indexed, r#"{"configmap_index": "configmaps"}"#);
+        println!(
+            "| {n} | {scan:.1?} | {lookup:.1?} | {:.0} × | {add_plain:.1?} | {add_indexed:.1?} |",
+            scan.as_secs_f64() / lookup.as_secs_f64()
+        );
+    }
+}

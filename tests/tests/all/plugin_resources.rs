@@ -123,6 +123,7 @@ fn recorder_spec(key: &str) -> PluginSpec {
             kind: "ConfigMap".into(),
             label_selector: Some("app=watched".into()),
             field_selector: None,
+            field_indexers: Default::default(),
         },
         resync: None,
         limits: LimitsSpec::default(),
@@ -526,6 +527,7 @@ fn reloader_spec(reference: &str) -> PluginSpec {
         names: vec![],
     };
     let secondary = |store: &str, kind: &str| SecondaryWatch {
+        field_indexers: Default::default(),
         store: store.into(),
         api_version: "v1".into(),
         kind: kind.into(),
@@ -543,6 +545,7 @@ fn reloader_spec(reference: &str) -> PluginSpec {
             kind: "Deployment".into(),
             label_selector: None,
             field_selector: None,
+            field_indexers: Default::default(),
         },
         grants: vec![Grant::Log, Grant::Cache, Grant::Kube],
         controller: Some(ControllerSpec {
@@ -594,10 +597,14 @@ async fn a_controller_plugin_from_a_registry_writes_in_its_namespace_as_its_serv
     c.server.create(config_map("team-b", "web-config", &[], &[("A", "1")])).unwrap();
     c.server.create(reloader_deployment("team-b", "web-config")).unwrap();
 
-    c.plugins()
-        .create(&PostParams::default(), &Plugin::new("reloader", reloader_spec(&v1.digest_reference)))
-        .await
-        .unwrap();
+    // The reloader maps a changed ConfigMap through a field index of the
+    // Deployments' cache (the roll below shows the lookup worked: without
+    // the index the map finds nothing and nothing rolls).
+    let mut spec = reloader_spec(&v1.digest_reference);
+    let env_from = "$.spec.template.spec['containers','initContainers'][*].envFrom[*].configMapRef.name";
+    spec.watch.field_indexers = [("configmaps".to_string(), vec![env_from.to_string()])].into();
+    spec.config = Some(json!({"configmap_index": "configmaps"}));
+    c.plugins().create(&PostParams::default(), &Plugin::new("reloader", spec)).await.unwrap();
     c.until("the first-sight patch", |c| hash(c, NS, "/metadata/annotations").is_some()).await;
     c.until("Ready and Synced", |c| {
         c.condition("reloader", "Ready").is_some_and(|r| r.0 == "True")

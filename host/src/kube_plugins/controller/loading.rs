@@ -122,6 +122,7 @@ impl PluginResources {
                 kind: w.kind.clone(),
                 label_selector: w.label_selector.clone(),
                 field_selector: None,
+                field_indexers: w.field_indexers.clone(),
             };
             watches.push(self.acquire_watch(&namespace, &spec));
         }

@@ -1,13 +1,14 @@
 //! The informers of watched resources: one per namespace and watch,
 //! shared by the plugins that use it and stopped with the last of them.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tracing::{Instrument, info_span};
 
 use super::{PluginResources, Watch};
-use crate::informer::{InformerOptions, SharedIndexInformer};
+use crate::informer::{IndexFunc, InformerOptions, SharedIndexInformer, field_index, parse_field_path};
 use crate::kube_plugins::crd::WatchSpec;
 use crate::kube_plugins::policy::Effective;
 use crate::source::kube::{KubeResource, KubeSource, KubeSourceOptions};
@@ -30,6 +31,19 @@ impl PluginResources {
             source,
             InformerOptions { name: name.clone(), default_resync_period: Duration::from_secs(1), ..Default::default() },
         );
+        if !watch.field_indexers.is_empty() {
+            // Checked when the Plugin was admitted; added before the start.
+            let indexers: HashMap<String, IndexFunc> = watch
+                .field_indexers
+                .iter()
+                .map(|(name, queries)| {
+                    (name.clone(), field_index(queries.iter().filter_map(|q| parse_field_path(q).ok()).collect()))
+                })
+                .collect();
+            if let Err(e) = informer.add_indexers(indexers) {
+                tracing::warn!(informer = %name, "field indexers not added: {e}");
+            }
+        }
         self.registry.add_informer(name.clone(), informer.clone());
         let stop = self.stop.child_token();
         let span = info_span!("informer", name = %name);
@@ -59,13 +73,18 @@ impl PluginResources {
 
 /// The informer name of one watch in one namespace.
 fn watch_name(namespace: &str, w: &WatchSpec) -> String {
-    let text = format!(
+    let mut text = format!(
         "{namespace}\0{}\0{}\0{}\0{}",
         w.api_version,
         w.kind,
         w.label_selector.as_deref().unwrap_or(""),
         w.field_selector.as_deref().unwrap_or("")
     );
+    // Watches that differ in their indexers get informers of their own:
+    // indexers are added before an informer starts.
+    if !w.field_indexers.is_empty() {
+        text.push_str(&format!("\0{:?}", w.field_indexers));
+    }
     format!("w-{}", &hex::encode(Sha256::digest(text))[..12])
 }
 

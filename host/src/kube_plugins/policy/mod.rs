@@ -191,6 +191,7 @@ pub fn admit(
             Grant::Kube => grants.kube = true,
         }
     }
+    check_field_indexers(&spec.watch.field_indexers, "spec.watch")?;
     let controller = spec.controller.as_ref().map(|c| admit_controller(c, namespace, policy)).transpose()?;
 
     let max_pending = match (spec.max_pending, cap.max_pending) {
@@ -248,6 +249,7 @@ fn admit_controller(c: &ControllerSpec, namespace: &str, policy: &TenantPolicy) 
             ));
         }
         stores.push(&w.store);
+        check_field_indexers(&w.field_indexers, &format!("spec.controller.watches[{i}]"))?;
         if w.mapped_by == MappedBy::Label && w.label.as_deref().is_none_or(str::is_empty) {
             return Err(Refusal::new(
                 "InvalidSpec",
@@ -341,6 +343,40 @@ fn describe(rule: &WriteRuleSpec) -> String {
         out.push_str(&format!(" named {}", rule.names.join(",")));
     }
     out
+}
+
+/// The most field indexers one watch may have, and queries one may have:
+/// each query runs over every object the watch caches, on every change.
+pub const MAX_FIELD_INDEXERS: usize = 8;
+pub const MAX_FIELD_INDEX_QUERIES: usize = 16;
+
+/// A watch's `fieldIndexers`: names apart from the built-in `namespace`,
+/// each with 1 to [`MAX_FIELD_INDEX_QUERIES`] queries that parse as JSONPath.
+fn check_field_indexers(indexers: &BTreeMap<String, Vec<String>>, at: &str) -> Result<(), Refusal> {
+    let invalid = |message: String| Refusal::new("InvalidSpec", message);
+    if indexers.len() > MAX_FIELD_INDEXERS {
+        return Err(invalid(format!(
+            "{at}.fieldIndexers has {} indexers; a watch may have {MAX_FIELD_INDEXERS}",
+            indexers.len()
+        )));
+    }
+    for (name, queries) in indexers {
+        let field = format!("{at}.fieldIndexers.{name}");
+        if name.is_empty() || name == crate::informer::NAMESPACE_INDEX {
+            return Err(invalid(format!("{at}.fieldIndexers: {name:?} is not a name an indexer may have")));
+        }
+        if queries.is_empty() || queries.len() > MAX_FIELD_INDEX_QUERIES {
+            return Err(invalid(format!(
+                "{field} has {} queries; an indexer has 1 to {MAX_FIELD_INDEX_QUERIES}",
+                queries.len()
+            )));
+        }
+        for (i, q) in queries.iter().enumerate() {
+            crate::informer::parse_field_path(q)
+                .map_err(|e| invalid(format!("{field}[{i}]: invalid JSONPath {q:?}: {e}")))?;
+        }
+    }
+    Ok(())
 }
 
 struct ReadLimits {

@@ -35,6 +35,7 @@ fn spec() -> PluginSpec {
             kind: "ConfigMap".into(),
             label_selector: None,
             field_selector: None,
+            field_indexers: Default::default(),
         },
         resync: None,
         limits: LimitsSpec::default(),
@@ -187,6 +188,7 @@ fn a_controllers_workers_and_write_rate_are_capped() {
 fn a_controllers_stores_have_distinct_names_and_label_mappings_a_label() {
     let mut s = controller(vec![]);
     let watch = |store: &str, mapped_by, label: Option<&str>| SecondaryWatch {
+        field_indexers: Default::default(),
         store: store.into(),
         api_version: "v1".into(),
         kind: "ConfigMap".into(),
@@ -206,6 +208,7 @@ fn a_controllers_stores_have_distinct_names_and_label_mappings_a_label() {
 fn a_controller_may_not_start_more_informers_than_its_policy_allows() {
     let mut s = controller(vec![]);
     let watch = |i: usize| SecondaryWatch {
+        field_indexers: Default::default(),
         store: format!("s{i}"),
         api_version: "v1".into(),
         kind: "ConfigMap".into(),
@@ -246,4 +249,40 @@ fn quantities_and_durations_are_read_or_refused_clearly() {
     s.resync = Some("often".into());
     let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
     assert!(r.message.starts_with("spec.resync \"often\" is not a duration"), "{r}");
+}
+
+#[test]
+fn field_indexers_are_checked_before_any_informer_starts() {
+    let mut s = controller(vec![]);
+    let index = |queries: &[&str]| [("configmaps".to_string(), queries.iter().map(|q| q.to_string()).collect())].into();
+    s.watch.field_indexers = index(&["$.spec.template.spec.volumes[*].configMap.name"]);
+    admit(&s, "team-a", &team_a(), &Limits::default()).expect("a valid field indexer");
+
+    s.watch.field_indexers = index(&["$.ok", "spec.name"]);
+    let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
+    assert_eq!(r.reason, "InvalidSpec");
+    assert!(r.message.starts_with("spec.watch.fieldIndexers.configmaps[1]: invalid JSONPath \"spec.name\""), "{r}");
+    s.watch.field_indexers = index(&[]);
+    let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
+    assert!(r.message.contains("spec.watch.fieldIndexers.configmaps has 0 queries"), "{r}");
+    s.watch.field_indexers = [("namespace".to_string(), vec!["$.x".to_string()])].into();
+    let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
+    assert!(r.message.contains("\"namespace\" is not a name an indexer may have"), "{r}");
+    // Each query runs over every cached object on every change: bounded.
+    s.watch.field_indexers = (0..9).map(|i| (format!("i{i}"), vec!["$.x".to_string()])).collect();
+    let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
+    assert!(r.message.contains("has 9 indexers; a watch may have 8"), "{r}");
+
+    s.watch.field_indexers = Default::default();
+    s.controller.as_mut().unwrap().watches = vec![SecondaryWatch {
+        field_indexers: index(&["$["]),
+        store: "configmaps".into(),
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        label_selector: None,
+        mapped_by: MappedBy::Map,
+        label: None,
+    }];
+    let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
+    assert!(r.message.starts_with("spec.controller.watches[0].fieldIndexers.configmaps[0]: invalid JSONPath"), "{r}");
 }

@@ -32,6 +32,11 @@ pub fn parse_field_path(query: &str) -> Result<JsonPath, String> {
 /// are not strings (numbers, objects) are not indexed; each value counts
 /// once per object.
 ///
+/// An object is indexed under at most [`MAX_FIELD_INDEX_VALUES`] values per
+/// index (the first in sorted order): every value is a copy in the index,
+/// and a query such as `$..*` over an object a tenant writes must not make
+/// the host hold many times the object.
+///
 /// Each call parses the object's JSON: a field index costs a parse per
 /// object added and two per update (the old version's values are removed).
 pub fn field_index(paths: Vec<JsonPath>) -> IndexFunc {
@@ -48,9 +53,13 @@ pub fn field_index(paths: Vec<JsonPath>) -> IndexFunc {
             .collect();
         out.sort_unstable();
         out.dedup();
+        out.truncate(MAX_FIELD_INDEX_VALUES);
         out
     })
 }
+
+/// The most values one object is indexed under by one field index.
+pub const MAX_FIELD_INDEX_VALUES: usize = 256;
 
 #[cfg(test)]
 mod tests {
@@ -95,6 +104,17 @@ mod tests {
         let f = field_index(vec![parse_field_path("$.spec.ids[*]").unwrap()]);
         let o = obj(serde_json::json!({"metadata": {"name": "n"}, "spec": {"ids": ["a", 7, {"x": 1}, "b"]}}));
         assert_eq!(f(&o), ["a", "b"]);
+    }
+
+    #[test]
+    fn an_object_is_indexed_under_a_bounded_number_of_values() {
+        let f = field_index(vec![parse_field_path("$..*").unwrap()]);
+        let data: serde_json::Map<String, serde_json::Value> =
+            (0..1000).map(|i| (format!("k{i:04}"), serde_json::json!(format!("v{i:04}")))).collect();
+        let o = obj(serde_json::json!({"metadata": {"name": "big", "namespace": "t"}, "data": data}));
+        let values = f(&o);
+        assert_eq!(values.len(), MAX_FIELD_INDEX_VALUES);
+        assert_eq!(values[0], "t/big", "the first in sorted order");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::plugin::bindings::MAX_ERROR_BYTES;
 use crate::plugin::handler::{call_budget, describe_trap};
 use crate::plugin::log_budget::{LogBudget, sanitize};
 use crate::plugin::runtime::{CACHE, LOG, TYPES, Ticker, check_imports, check_preamble};
+use crate::plugin::sandbox::arm_call;
 use crate::plugin::sandbox::{PluginShared, Sandbox, new_store};
 use crate::plugin::{PluginError, PluginInfo, PluginRuntime, PluginSpec, PluginStats};
 
@@ -196,8 +197,7 @@ impl LoadedController {
 /// Arms fuel, the deadline and the log budget for a call; returns the fuel.
 fn arm(store: &mut Store<Sandbox>, spec: &PluginSpec, factor: u32) -> u64 {
     let (fuel, ticks) = call_budget(&spec.limits, factor);
-    let _ = store.set_fuel(fuel);
-    store.set_epoch_deadline(ticks);
+    arm_call(&mut *store, fuel, ticks);
     store.data().shared.log.new_call();
     store.data_mut().enqueues = 0;
     fuel

@@ -25,6 +25,10 @@ wasmtime::component::bindgen!({
     // May trap: handing out object handles past the instance's cap.
     imports: {
         "informer-host:plugin/cache": trappable,
+        // Charged to the call's host work: out of fuel past it.
+        "informer-host:plugin/types.[method]object.json": trappable,
+        "informer-host:plugin/types.[method]object.pointer": trappable,
+        "informer-host:plugin/types.[method]object.annotations": trappable,
     },
 });
 
@@ -220,8 +224,7 @@ fn progress(data: &mut Sandbox) -> Result<&mut Progress, ProtocolViolation> {
 fn rearm(cx: &mut StoreContextMut<'_, Sandbox>) -> wasmtime::Result<()> {
     let left = cx.get_fuel().unwrap_or(0);
     let (fuel, ticks) = progress(cx.data_mut())?.next_budget(left);
-    cx.set_fuel(fuel)?;
-    cx.set_epoch_deadline(ticks);
+    super::sandbox::arm_call(&mut *cx, fuel, ticks);
     cx.data().shared.log.new_call();
     Ok(())
 }
@@ -258,15 +261,19 @@ impl Sandbox {
         &self.table.get(r).expect("object handle belongs to this instance").0
     }
 
-    /// Lends an object to the guest. Each handle the instance holds counts
-    /// [`HANDLE_COST`] bytes against its memory cap: past it, a trap.
+    /// Lends an object to the guest. A handle keeps its object version
+    /// alive, so each counts the object's JSON and [`HANDLE_COST`] bytes
+    /// against the instance's handle budget (its memory cap): past it, or
+    /// past the count the cap allows, a trap.
     pub fn push_object(&mut self, obj: ObjectRef) -> wasmtime::Result<Resource<ObjectHandle>> {
-        if self.handles >= self.max_handles {
+        if self.handles >= self.max_handles || !self.limiter.take_handle(obj.json().len()) {
             self.limiter.refused = true;
             wasmtime::bail!(
-                "the instance holds {} object handles, the most its memory cap of {} bytes allows \
-                 ({HANDLE_COST} bytes each); drop the handles it no longer needs",
+                "the instance holds {} object handles keeping {} bytes of objects alive, the most its memory \
+                 cap of {} bytes allows ({HANDLE_COST} bytes each and the object's JSON); drop the handles it \
+                 no longer needs",
                 self.handles,
+                self.limiter.handle_bytes,
                 self.shared.memory_bytes
             );
         }
@@ -304,18 +311,27 @@ impl self::informer_host::plugin::types::HostObject for Sandbox {
     fn label(&mut self, s: Resource<ObjectHandle>, key: String) -> Option<String> {
         self.obj(&s).label(&key).map(str::to_string)
     }
-    fn annotations(&mut self, s: Resource<ObjectHandle>) -> Vec<(String, String)> {
-        self.obj(&s).annotations()
+    // These three parse or copy the whole object on the host: each charges
+    // its size to the call's host work (see `Sandbox::charge_host_work`).
+    fn annotations(&mut self, s: Resource<ObjectHandle>) -> wasmtime::Result<Vec<(String, String)>> {
+        let obj = self.obj(&s).clone();
+        self.charge_host_work(obj.json().len())?;
+        Ok(obj.annotations())
     }
-    fn json(&mut self, s: Resource<ObjectHandle>) -> String {
+    fn json(&mut self, s: Resource<ObjectHandle>) -> wasmtime::Result<String> {
         self.shared.stats.json_calls.fetch_add(1, Ordering::Relaxed);
-        self.obj(&s).json().to_string()
+        let obj = self.obj(&s).clone();
+        self.charge_host_work(obj.json().len())?;
+        Ok(obj.json().to_string())
     }
-    fn pointer(&mut self, s: Resource<ObjectHandle>, pointer: String) -> Option<String> {
-        self.obj(&s).pointer_value(&pointer).map(|v| v.to_string())
+    fn pointer(&mut self, s: Resource<ObjectHandle>, pointer: String) -> wasmtime::Result<Option<String>> {
+        let obj = self.obj(&s).clone();
+        self.charge_host_work(obj.json().len())?;
+        Ok(obj.pointer_value(&pointer).map(|v| v.to_string()))
     }
     fn drop(&mut self, rep: Resource<ObjectHandle>) -> wasmtime::Result<()> {
-        self.table.delete(rep)?;
+        let ObjectHandle(obj) = self.table.delete(rep)?;
+        self.limiter.drop_handle(obj.json().len());
         self.handles -= 1;
         Ok(())
     }

@@ -19,7 +19,7 @@ use super::bindings::{Deleted, MAX_ERROR_BYTES, Plugin, PluginPre, Progress, Pro
 use super::idle::{Resident, SlotGuard};
 use super::log_budget::sanitize;
 use super::runtime::{EPOCH_TICK, Ticker};
-use super::sandbox::{PluginShared, Sandbox, new_store};
+use super::sandbox::{PluginShared, Sandbox, arm_call, new_store};
 use super::{OnTrap, OnWake, PluginError, PluginSpec};
 use crate::informer::{
     DeletedObject, Delivered, Delivery, HandlerError, Notification, ObjectRef, ResourceEventHandler, deliver_each,
@@ -193,8 +193,7 @@ impl WasmHandler {
     /// Arms fuel, the deadline and the log budget for a call.
     fn arm(&self, store: &mut Store<Sandbox>, factor: u32) -> u64 {
         let (fuel, ticks) = if factor == 1 { self.call_budget } else { self.budget(factor) };
-        let _ = store.set_fuel(fuel);
-        store.set_epoch_deadline(ticks);
+        arm_call(&mut *store, fuel, ticks);
         self.shared.log.new_call();
         fuel
     }
@@ -298,8 +297,7 @@ impl WasmHandler {
         let Some(live) = slot.as_mut() else {
             return Err(HandlerError::Crashed("no live instance".into()));
         };
-        let _ = live.store.set_fuel(fuel);
-        live.store.set_epoch_deadline(ticks);
+        arm_call(&mut live.store, fuel, ticks);
         self.shared.log.new_call();
         // No batch is in flight: `delivery` refuses to serve this call.
         live.store.data_mut().progress = None;
@@ -386,8 +384,7 @@ impl ResourceEventHandler for WasmHandler {
         let store = &mut live.store;
         let (fuel, ticks) = self.call_budget;
         store.data_mut().progress = Some(progress);
-        let _ = store.set_fuel(fuel);
-        store.set_epoch_deadline(ticks);
+        arm_call(&mut *store, fuel, ticks);
         self.shared.log.new_call();
         let started = Instant::now();
         let r = on_batch.call(&mut *store, (kinds, tombstone_keys));

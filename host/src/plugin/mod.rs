@@ -84,6 +84,7 @@ mod metadata_list;
 pub(crate) mod runtime;
 pub(crate) mod sandbox;
 mod stderr;
+pub(crate) mod waits;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -152,6 +152,7 @@ impl PluginRuntime {
         let engine_err = |e: wasmtime::Error| PluginError::Engine(format!("{e:#}"));
         let mut l = Linker::new(&self.inner.engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut l).map_err(engine_err)?;
+        super::waits::shadow_monotonic_clock(&mut l).map_err(engine_err)?;
         informer_host::plugin::types::add_to_linker::<_, HasSelf<_>>(&mut l, |s| s).map_err(engine_err)?;
         add_delivery_to_linker(&mut l).map_err(engine_err)?;
         if grants.log {

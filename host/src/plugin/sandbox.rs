@@ -11,11 +11,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store};
+use wasmtime::{AsContextMut, ResourceLimiter, Store};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::Progress;
 use super::log_budget::LogBudget;
+use super::runtime::EPOCH_TICK;
 use super::stderr::StderrCapture;
 use super::{CacheView, LogSink, PluginStats};
 
@@ -36,28 +37,88 @@ pub(crate) struct PluginShared {
     pub controller: Option<Arc<crate::controller::ControllerCtx>>,
 }
 
-/// What the host charges against the memory cap for each object handle an
-/// instance holds (a resource-table entry and the handle behind it), so a
-/// guest cannot grow host memory by taking handles it never drops.
+/// What the host charges for each object handle an instance holds (a
+/// resource-table entry and the handle behind it) on top of the object's
+/// JSON, which the handle keeps alive.
 pub(crate) const HANDLE_COST: usize = 128;
 
-/// Refuses linear-memory growth past the plugin's cap.
+/// Bytes charged per table element (a function reference).
+const TABLE_ELEMENT_COST: usize = 8;
+
+/// How many memories, tables and core instances one instance may create.
+/// Real components use a few of each (a Python one about a dozen
+/// instances); each memory reserves its own address space, so their number
+/// is bounded whatever their size.
+const MAX_MEMORIES: usize = 16;
+const MAX_TABLES: usize = 256;
+const MAX_INSTANCES: usize = 256;
+
+/// The memory cap of one instance. Linear memories and tables count
+/// together against `cap`, however many of them a component declares; the
+/// objects its handles keep alive count against a second budget of the
+/// same size. An instance holds at most about twice its cap in host memory.
 pub(crate) struct MemoryCap {
     cap: usize,
-    /// Set when a growth was refused (names the trap that follows).
+    /// Bytes of every linear memory and table of the instance.
+    linear: usize,
+    /// Bytes charged for the object handles it holds.
+    pub handle_bytes: usize,
+    /// Set when a growth or a handle was refused (names the trap that follows).
     pub refused: bool,
 }
 
-impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.cap {
-            self.refused = true;
-            return Ok(false);
-        }
-        Ok(true)
+impl MemoryCap {
+    pub(crate) fn new(cap: usize) -> Self {
+        MemoryCap { cap, linear: 0, handle_bytes: 0, refused: false }
     }
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 1 << 20)
+
+    /// Grows the linear total from `current` to `desired` bytes of one
+    /// memory or table, unless that passes the cap.
+    fn grow(&mut self, current: usize, desired: usize) -> bool {
+        let next = self.linear.saturating_sub(current).saturating_add(desired);
+        if next > self.cap {
+            self.refused = true;
+            return false;
+        }
+        self.linear = next;
+        true
+    }
+
+    /// Charges a handle on an object of `bytes`; false past the budget.
+    pub(crate) fn take_handle(&mut self, bytes: usize) -> bool {
+        let next = self.handle_bytes.saturating_add(handle_cost(bytes));
+        if next > self.cap {
+            self.refused = true;
+            return false;
+        }
+        self.handle_bytes = next;
+        true
+    }
+
+    pub(crate) fn drop_handle(&mut self, bytes: usize) {
+        self.handle_bytes = self.handle_bytes.saturating_sub(handle_cost(bytes));
+    }
+}
+
+fn handle_cost(object_bytes: usize) -> usize {
+    HANDLE_COST.saturating_add(object_bytes)
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(self.grow(current, desired))
+    }
+    fn table_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(self.grow(current.saturating_mul(TABLE_ELEMENT_COST), desired.saturating_mul(TABLE_ELEMENT_COST)))
+    }
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
     }
 }
 
@@ -75,6 +136,40 @@ pub(crate) struct Sandbox {
     pub max_handles: usize,
     /// `queue.enqueue` calls in the call in flight (controllers).
     pub enqueues: u32,
+    /// When the call in flight must end: every wait the guest starts ends
+    /// by then (see `waits`).
+    pub call_ends: Option<std::time::Instant>,
+    /// What the host may still do for the call in flight, in bytes it
+    /// parses or copies on the guest's behalf (`pointer`, `annotations`,
+    /// `json`): as much as the call's fuel, so that fuel bounds the work a
+    /// call causes, not only the instructions it runs.
+    pub host_work_left: u64,
+}
+
+impl Sandbox {
+    /// Charges `bytes` of host work to the call in flight; out of fuel past
+    /// its budget.
+    pub(crate) fn charge_host_work(&mut self, bytes: usize) -> wasmtime::Result<()> {
+        match self.host_work_left.checked_sub(bytes as u64) {
+            Some(left) => {
+                self.host_work_left = left;
+                Ok(())
+            }
+            None => Err(wasmtime::Trap::OutOfFuel.into()),
+        }
+    }
+}
+
+/// Arms a call: `fuel`, an epoch deadline `ticks` from now, the instant
+/// the guest's waits end by, and the host work it may cause.
+pub(crate) fn arm_call(mut store: impl AsContextMut<Data = Sandbox>, fuel: u64, ticks: u64) {
+    let mut cx = store.as_context_mut();
+    let _ = cx.set_fuel(fuel);
+    cx.set_epoch_deadline(ticks);
+    let left = EPOCH_TICK.saturating_mul(u32::try_from(ticks).unwrap_or(u32::MAX));
+    let data = cx.data_mut();
+    data.call_ends = std::time::Instant::now().checked_add(left);
+    data.host_work_left = fuel;
 }
 
 impl WasiView for Sandbox {
@@ -136,8 +231,12 @@ pub(crate) fn new_store(engine: &wasmtime::Engine, shared: Arc<PluginShared>) ->
         wasi.wall_clock(FrozenClock).monotonic_clock(TickingClock::new());
     }
     let wasi = wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).build();
-    let limiter = MemoryCap { cap: shared.memory_bytes, refused: false };
+    let limiter = MemoryCap::new(shared.memory_bytes);
     let max_handles = (shared.memory_bytes / HANDLE_COST).max(1024);
+    // What the guest may hand the host in one call (lifted strings and
+    // lists): its cap, or 4 MiB for a small one (a write's body), instead
+    // of wasmtime's 128 MiB whatever the cap.
+    let hostcall_fuel = shared.memory_bytes.max(4 << 20);
     let sandbox = Sandbox {
         table: ResourceTable::new(),
         wasi,
@@ -148,9 +247,12 @@ pub(crate) fn new_store(engine: &wasmtime::Engine, shared: Arc<PluginShared>) ->
         handles: 0,
         max_handles,
         enqueues: 0,
+        call_ends: None,
+        host_work_left: 0,
     };
     let mut store = Store::new(engine, sandbox);
     store.limiter(|s| &mut s.limiter);
+    store.set_hostcall_fuel(hostcall_fuel);
     store
 }
 
@@ -178,6 +280,70 @@ mod tests {
         let b = clock.now();
         let c = clock.now();
         assert!(a <= b && b <= c && c == u64::MAX, "{a} {b} {c}");
+    }
+
+    fn shared(memory_bytes: usize) -> Arc<PluginShared> {
+        Arc::new(PluginShared {
+            name: "t".into(),
+            tenant: None,
+            stats: Arc::default(),
+            log_sink: None,
+            cache: None,
+            clocks: false,
+            memory_bytes,
+            log_granted: false,
+            log: LogBudget::new(super::super::LogLimits::default()),
+            controller: None,
+        })
+    }
+
+    /// Instantiates the core module `wat` in a fresh sandbox capped at 4 MiB.
+    fn instantiate(wat: &str) -> Result<(), String> {
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
+        let mut store = new_store(&engine, shared(4 << 20));
+        wasmtime::Instance::new(&mut store, &module, &[]).map(drop).map_err(|e| format!("{e:#}"))
+    }
+
+    /// Every memory and table of an instance counts against one cap: a
+    /// component declaring many memories or huge tables gets no more than
+    /// one memory of the cap's size would.
+    #[test]
+    fn memories_and_tables_share_one_cap() {
+        // 64 KiB pages: 32 pages are 2 MiB.
+        assert!(instantiate("(module (memory 32) (memory 31))").is_ok(), "4 MiB less a page in two memories");
+        let e = instantiate("(module (memory 32) (memory 32) (memory 32))").unwrap_err();
+        assert!(e.contains("memory"), "{e}");
+        // 2 MiB of memory and more than 2 MiB of table elements (8 bytes each).
+        assert!(instantiate("(module (memory 32) (table 262145 funcref))").is_err());
+        assert!(instantiate("(module (memory 32) (table 131072 funcref))").is_ok());
+        // Growing is counted too: one memory grown past what the other left.
+        let grow = "(module (memory 40) (memory 1) (func (export \"g\") (result i32) (memory.grow 1 (i32.const 30))))";
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, wat::parse_str(grow).unwrap()).unwrap();
+        let mut store = new_store(&engine, shared(4 << 20));
+        let i = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+        let g = i.get_typed_func::<(), i32>(&mut store, "g").unwrap();
+        assert_eq!(g.call(&mut store, ()).unwrap(), -1, "growth past the shared cap fails");
+        assert!(store.data().limiter.refused);
+    }
+
+    #[test]
+    fn the_number_of_memories_is_bounded_whatever_their_size() {
+        let memories = |n: usize| format!("(module {})", "(memory 0) ".repeat(n));
+        assert!(instantiate(&memories(MAX_MEMORIES)).is_ok());
+        assert!(instantiate(&memories(MAX_MEMORIES + 1)).is_err());
+    }
+
+    #[test]
+    fn handles_count_the_objects_they_keep_alive() {
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(cap.take_handle(600 << 10));
+        assert!(!cap.take_handle(600 << 10), "two 600 KiB objects pass a 1 MiB budget");
+        assert!(cap.refused);
+        cap.drop_handle(600 << 10);
+        assert_eq!(cap.handle_bytes, 0);
+        assert!(cap.take_handle(600 << 10), "dropping gives the budget back");
     }
 
     #[test]

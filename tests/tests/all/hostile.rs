@@ -240,6 +240,51 @@ fn init_has_ten_calls_budget() {
     assert!(matches!(&err, HandlerError::Crashed(m) if m.contains("out of fuel")), "{err:?}");
 }
 
+// ---- A guest cannot wait past its deadline ----
+
+/// Runs `f` on a thread of its own and returns what it returned, or panics
+/// naming `what` if it is still running after a minute (a guest the host
+/// let sleep for ever would hold the test for ever).
+fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()));
+    rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("{what}: still blocked after a minute"))
+}
+
+/// A guest that sleeps (`std::thread::sleep`: a WASI clock subscription
+/// the host blocks on, outside any epoch check) wakes by the end of its
+/// call and is stopped there, in `init` and in a notification, even when
+/// it asks to sleep for ever; a short sleep within the deadline still
+/// works. Before, such a plugin held its delivery worker and a host thread
+/// for as long as it asked, whatever its deadline.
+#[test]
+fn a_sleeping_guest_wakes_at_its_deadline_and_is_stopped_there() {
+    let short = |l: &mut Limits| l.deadline_per_call = Duration::from_millis(100);
+    let message = within_a_minute("a sleeping init", move || {
+        let log = Log::default();
+        let mut s = spec("sleep-in-init", "hostile", &log);
+        s.config_json = json!({"attack": "sleep-init", "ms": u64::MAX}).to_string();
+        short(&mut s.limits);
+        match rt().load(s) {
+            Err(PluginError::InitTrap { message, .. }) => message,
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("an init sleeping for ever should not load"),
+        }
+    });
+    assert!(message.contains("deadline of 1s per call exceeded"), "ten calls' deadline: {message}");
+
+    let err = within_a_minute("a sleeping call", move || {
+        let forever = json!({"attack": "script", "steps": [{"sleep": u64::MAX}]});
+        let mut p = Direct::hostile("sleep-in-call", forever, short);
+        p.handler.on_add(&cm("a"), false).unwrap_err()
+    });
+    assert!(matches!(&err, HandlerError::Crashed(m) if m.contains("deadline of 100ms per call exceeded")), "{err:?}");
+
+    let nap = json!({"attack": "script", "steps": [{"sleep": 5}, "ok"]});
+    let mut p = Direct::hostile("short-nap", nap, |_| {});
+    assert_eq!(p.handler.on_add(&cm("a"), false), Ok(()), "a sleep within the deadline is a sleep");
+}
+
 // ---- Finding 2: what a guest hands the host is bounded ----
 
 #[test]
@@ -306,6 +351,62 @@ fn leaked_object_handles_count_against_the_memory_cap() {
     assert_eq!(d.handled, 2);
     assert_eq!(traps(p.stats()), [0, 0, 1, 0, 0]);
     assert_eq!(p.deliver(&batch[2..]), Delivered { handled: 1, errors: vec![] });
+}
+
+/// A handle keeps its object version alive after the cache has moved on:
+/// a guest that keeps one handle per call on versions of 1 MiB objects is
+/// stopped once they add up to its cap (here 4 MiB), not after the 32 768
+/// handles a count alone would allow (32 GiB of objects).
+#[test]
+fn kept_handles_count_the_objects_they_keep_alive() {
+    let big = |name: &str| -> Notification {
+        let obj = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+            "data": {"v": "x".repeat(1 << 20)},
+        });
+        Notification::Add { obj: Arc::new(Object::from_json(obj.to_string()).unwrap()), is_in_initial_list: false }
+    };
+    // `begin` first: the trap is then this item's, not a batch's to probe.
+    let keep = json!({"attack": "script", "steps": [{"begin": 0}, {"lend": [0, true]}, "ok"]});
+    let mut p = Direct::hostile("keep-big", keep, |l| l.memory_bytes = 4 << 20);
+    let mut kept = 0;
+    let msg = loop {
+        let d = p.deliver(&[big(&format!("o{kept}"))]);
+        if let Some((_, HandlerError::Crashed(msg))) = d.errors.first() {
+            break msg.clone();
+        }
+        kept += 1;
+        assert!(kept < 16, "{kept} objects of 1 MiB kept alive under a 4 MiB cap");
+    };
+    assert_eq!(kept, 3, "three fit beside the instance's own handle costs, the fourth does not");
+    assert!(msg.contains("memory cap") && msg.contains("bytes of objects alive"), "{msg}");
+    assert_eq!(traps(p.stats()), [0, 0, 1, 0, 0]);
+}
+
+/// `pointer` parses the whole object on the host: each call costs the
+/// call's fuel as many units as the object has bytes, so a guest cannot
+/// make the host parse a 1 MiB object thousands of times for the fuel of a
+/// few instructions.
+#[test]
+fn host_work_a_guest_causes_is_paid_for_in_fuel() {
+    let obj = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "big", "namespace": "ns", "resourceVersion": "1"},
+        "data": {"v": "x".repeat(1 << 20)},
+    });
+    let big =
+        Notification::Add { obj: Arc::new(Object::from_json(obj.to_string()).unwrap()), is_in_initial_list: false };
+    let parse = |n: u32| json!({"attack": "script", "steps": [{"begin": 0}, {"pointer": n}, "ok"]});
+    let fuel = |l: &mut Limits| l.fuel_per_call = Some(10_000_000);
+    // Five parses of 1 MiB fit in 10 million.
+    let mut p = Direct::hostile("few-parses", parse(5), fuel);
+    assert_eq!(p.deliver(std::slice::from_ref(&big)), Delivered { handled: 1, errors: vec![] });
+    // Two thousand do not: stopped at the tenth.
+    let mut p = Direct::hostile("many-parses", parse(2_000), fuel);
+    let d = p.deliver(std::slice::from_ref(&big));
+    assert!(crash_at(&d, 0).contains("out of fuel"), "{d:?}");
+    assert_eq!(traps(p.stats())[0], 1, "counted as a fuel trap: {:?}", traps(p.stats()));
 }
 
 // ---- Finding 5: logs and stderr within a budget ----

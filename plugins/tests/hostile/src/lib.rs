@@ -104,6 +104,11 @@ enum Attack {
     SlowInit {
         spins: u64,
     },
+    /// `init` sleeps (`std::thread::sleep`: a WASI clock subscription the
+    /// host blocks on) for `ms` milliseconds; `u64::MAX` is for ever.
+    SleepInit {
+        ms: u64,
+    },
     InitError {
         bytes: usize,
     },
@@ -133,6 +138,11 @@ enum Step {
     Stderr(u32, usize),
     Lend(u32, bool),
     Spin(u64),
+    /// Sleeps `ms` milliseconds (`u64::MAX`: for ever).
+    Sleep(u64),
+    /// Reads a JSON pointer of slot 0's object `n` times (each makes the
+    /// host parse the whole object).
+    Pointer(u32),
     Trap,
     Ok,
     Err(usize),
@@ -148,6 +158,17 @@ fn spin(n: u64) {
     let mut i: u64 = 0;
     while i < n {
         i = std::hint::black_box(i + 1);
+    }
+}
+
+/// Sleeps `ms` milliseconds, again and again for `u64::MAX` (a sleep
+/// that returns early is tried again: only a trap ends it).
+fn sleep(ms: u64) {
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        if ms != u64::MAX {
+            return;
+        }
     }
 }
 
@@ -198,7 +219,11 @@ const SINGLE: Item = Item { index: 0, items: 1, slot: 0 };
 fn attack(attack: &Attack, item: &Item) -> Outcome {
     let i = item.index;
     match attack {
-        Attack::None | Attack::SlowInit { .. } | Attack::InitError { .. } | Attack::Script { .. } => {}
+        Attack::None
+        | Attack::SlowInit { .. }
+        | Attack::SleepInit { .. }
+        | Attack::InitError { .. }
+        | Attack::Script { .. } => {}
         Attack::Rearm { how, rounds, work } => {
             if !matches!(how, Rearm::OutOfRange) {
                 delivery::begin(i);
@@ -257,6 +282,13 @@ fn script(steps: &[Step]) -> Option<Result<(), String>> {
                 }
             }
             Step::Spin(n) => spin(n),
+            Step::Sleep(ms) => sleep(ms),
+            Step::Pointer(n) => {
+                let object = delivery::lend(0);
+                for _ in 0..n {
+                    std::hint::black_box(object.pointer("/nope"));
+                }
+            }
             Step::Trap => std::process::abort(),
             Step::Ok => return Some(Ok(())),
             Step::Err(bytes) => return Some(Err(text(bytes))),
@@ -293,6 +325,7 @@ impl resource_event_handler::Guest for Hostile {
         match settings.attack {
             Attack::SlowInit { spins: 0 } => spin(u64::MAX),
             Attack::SlowInit { spins } => spin(spins),
+            Attack::SleepInit { ms } => sleep(ms),
             Attack::InitError { bytes } => return Err(text(bytes)),
             _ => {}
         }

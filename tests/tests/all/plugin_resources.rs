@@ -216,6 +216,49 @@ async fn a_plugin_resource_loads_reports_its_status_swaps_without_loss_and_unloa
     .await;
 }
 
+/// A tenant whose component spends long in `init` (here 8 s asleep, within
+/// the 20 s its 2 s deadline gives `init`) holds back only its own
+/// namespace: another tenant's Plugin created meanwhile is Ready first.
+/// (With one worker for every namespace, team-b waited for team-a's init.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_plugin_loads_slowly_does_not_hold_back_another_tenant() {
+    let c = cluster().await;
+    let components: Api<ConfigMap> = Api::namespaced(c.client.clone(), NS);
+    let slow = ByteString(std::fs::read(wasm("hostile")).expect("built plugin"));
+    let patch = json!({"binaryData": {"slow.wasm": slow}});
+    components.patch("components", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    // team-b: its namespace, its policy, its component.
+    const B: &str = "team-b";
+    c.server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": B}})).unwrap();
+    let policy = TenantPolicy::new(
+        B,
+        TenantPolicySpec { namespaces: vec![B.into()], allowed_grants: vec![Grant::Log], ..Default::default() },
+    );
+    Api::<TenantPolicy>::all(c.client.clone()).create(&PostParams::default(), &policy).await.unwrap();
+    let swap = ByteString(std::fs::read(wasm("swap-v1")).expect("built plugin"));
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "components", "namespace": B},
+        "binaryData": {"v1.wasm": swap}});
+    c.server.create(cm).unwrap();
+
+    let mut sleepy = recorder_spec("slow.wasm");
+    sleepy.config = Some(json!({"attack": "sleep-init", "ms": 8_000}));
+    c.plugins().create(&PostParams::default(), &Plugin::new("slow", sleepy)).await.unwrap();
+    // team-a's Plugin is being loaded (compiled, then asleep in `init`).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let plugins_b: Api<Plugin> = Api::namespaced(c.client.clone(), B);
+    plugins_b.create(&PostParams::default(), &Plugin::new("rec", recorder_spec("v1.wasm"))).await.unwrap();
+    let ready = |ns: &str, name: &str| {
+        c.server.get("informer-host.dev/v1alpha1", "Plugin", Some(ns), name).is_some_and(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        })
+    };
+    assert!(wait_until(LOAD, || ready(B, "rec")).await, "team-b's Plugin never became Ready");
+    assert!(!ready(NS, "slow"), "team-b's Plugin was Ready only after team-a's slow init");
+    assert!(wait_until(LOAD, || ready(NS, "slow")).await, "team-a's Plugin loads once its init is done");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_over_its_tenant_policy_is_refused_naming_the_limit() {
     let c = cluster().await;

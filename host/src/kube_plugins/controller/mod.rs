@@ -19,7 +19,7 @@ mod loading;
 mod reports;
 mod watches;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +45,11 @@ use super::component::{self, Fetched};
 use super::crd::{GROUP, Plugin, TenantPolicy, VERSION};
 use super::policy::{self, Effective, Refusal};
 use watches::settings_key;
+
+/// Workers reconciling `Plugin`s, each on a different namespace.
+const WORKERS: usize = 4;
+/// When a key whose namespace another worker is on is looked at again.
+const NAMESPACE_BUSY_RETRY: Duration = Duration::from_millis(200);
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -113,6 +118,8 @@ pub struct PluginResources {
     queue: Arc<RateLimitingQueue<String>>,
     loaded: Mutex<HashMap<String, Loaded>>,
     watches: Mutex<HashMap<String, Watch>>,
+    /// Namespaces a worker is reconciling a key of.
+    busy_namespaces: Mutex<HashSet<String>>,
     /// Which plugins this replica owns, when replicas share them.
     coordinator: Mutex<Option<Coordinator>>,
     stop: CancellationToken,
@@ -172,6 +179,7 @@ impl PluginResources {
             queue: Arc::new(RateLimitingQueue::new(default_controller_rate_limiter())),
             loaded: Mutex::new(HashMap::new()),
             watches: Mutex::new(HashMap::new()),
+            busy_namespaces: Mutex::new(HashSet::new()),
             coordinator: Mutex::new(None),
             stop,
             finished: CancellationToken::new(),
@@ -315,22 +323,9 @@ impl PluginResources {
             }
         }
         tracing::info!("plugin resources: informers synced, reconciling");
-        loop {
-            let key = tokio::select! {
-                _ = self.stop.cancelled() => break,
-                k = self.queue.get() => match k { Some(k) => k, None => break },
-            };
-            let span = info_span!("plugin_resource", key = %key);
-            let next = self.reconcile(&key).instrument(span).await;
-            match next {
-                Next::Done => self.queue.forget(&key),
-                Next::Retry => self.queue.add_rate_limited(key.clone()),
-                Next::After(d) => {
-                    self.queue.forget(&key);
-                    self.queue.add_after(key.clone(), d)
-                }
-            }
-            self.queue.done(&key);
+        let workers: Vec<_> = (0..WORKERS).map(|_| tokio::spawn(self.clone().worker())).collect();
+        for w in workers {
+            let _ = w.await;
         }
         self.queue.shutdown();
         let keys: Vec<String> = self.loaded.lock().keys().cloned().collect();
@@ -343,6 +338,40 @@ impl PluginResources {
             c.shutdown().await;
         }
         self.finished.cancel();
+    }
+
+    /// Reconciles keys until `stop`. The workers take one namespace's keys
+    /// one at a time (a tenant's plugins load in order, and its
+    /// `maxPlugins` is counted without a race), and different namespaces'
+    /// keys side by side: a tenant whose component takes its whole `init`
+    /// budget, or whose controller drains slowly, holds back only itself.
+    async fn worker(self: Arc<Self>) {
+        loop {
+            let key = tokio::select! {
+                _ = self.stop.cancelled() => break,
+                k = self.queue.get() => match k { Some(k) => k, None => break },
+            };
+            let namespace = key.split_once('/').map_or("", |(ns, _)| ns).to_string();
+            if !self.busy_namespaces.lock().insert(namespace.clone()) {
+                // Another worker is on this namespace: come back to it,
+                // leaving this worker to the other tenants.
+                self.queue.add_after(key.clone(), NAMESPACE_BUSY_RETRY);
+                self.queue.done(&key);
+                continue;
+            }
+            let span = info_span!("plugin_resource", key = %key);
+            let next = self.reconcile(&key).instrument(span).await;
+            self.busy_namespaces.lock().remove(&namespace);
+            match next {
+                Next::Done => self.queue.forget(&key),
+                Next::Retry => self.queue.add_rate_limited(key.clone()),
+                Next::After(d) => {
+                    self.queue.forget(&key);
+                    self.queue.add_after(key.clone(), d)
+                }
+            }
+            self.queue.done(&key);
+        }
     }
 
     async fn reconcile(&self, key: &str) -> Next {

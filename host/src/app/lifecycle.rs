@@ -28,8 +28,7 @@ use crate::admin_api::{self, AdminConfig};
 use crate::config::{Config, DEFAULT_SHUTDOWN_GRACE, InformerConfig, PluginConfig};
 use crate::coordination::{Coordinator, CoordinatorConfig};
 use crate::informer::{
-    IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, SharedIndexInformer, field_index, label_index, parse_field_path,
-    strip_fields,
+    IndexFunc, InformerOptions, MINIMUM_RESYNC_PERIOD, SharedIndexInformer, field_indexers, label_index, strip_fields,
 };
 use crate::kube_plugins::{PluginResources, PluginResourcesOptions};
 use crate::metrics::{InformerEntry, Observed, Readiness};
@@ -158,13 +157,13 @@ impl App {
                 })?;
             }
             if !cfg.indexers.is_empty() || !cfg.field_indexers.is_empty() {
-                let mut map: HashMap<String, IndexFunc> =
-                    cfg.indexers.iter().map(|k| (k.clone(), label_index(k.clone()))).collect();
-                for (name, queries) in &cfg.field_indexers {
-                    // Checked when the config was read.
-                    let paths = queries.iter().filter_map(|q| parse_field_path(q).ok()).collect();
-                    map.insert(name.clone(), field_index(paths));
-                }
+                let field = field_indexers(&cfg.field_indexers).map_err(|message| AppError::Informer {
+                    at: at.clone(),
+                    name: cfg.name.clone(),
+                    message,
+                })?;
+                let map: HashMap<String, IndexFunc> =
+                    cfg.indexers.iter().map(|k| (k.clone(), label_index(k.clone()))).chain(field).collect();
                 informer.add_indexers(map).map_err(|e| AppError::Informer {
                     at,
                     name: cfg.name.clone(),

@@ -22,8 +22,8 @@ pub struct InformerConfig {
     /// Label keys to index by; each index is named after its key.
     pub indexers: Vec<String>,
     /// Field indexes by name: the JSONPath queries whose string results
-    /// index each object (`field_indexers`), in name order.
-    pub field_indexers: Vec<(String, Vec<String>)>,
+    /// index each object (`field_indexers`).
+    pub field_indexers: BTreeMap<String, Vec<String>>,
     /// What is dropped from each object before the cache (`strip`).
     pub strip: crate::informer::Strip,
     /// The FIFO between its reflector and its cache (`fifo`).
@@ -294,8 +294,8 @@ impl<'a> Cx<'a> {
         &mut self,
         raw: BTreeMap<String, S<Vec<S<String>>>>,
         label_indexers: &[String],
-    ) -> Vec<(String, Vec<String>)> {
-        let mut out = Vec::new();
+    ) -> BTreeMap<String, Vec<String>> {
+        let mut out = BTreeMap::new();
         for (name, queries) in raw {
             if name.is_empty() {
                 self.error(queries.span(), "a field indexer's name must not be empty");
@@ -320,7 +320,7 @@ impl<'a> Cx<'a> {
                     );
                 }
             }
-            out.push((name, queries.into_inner().into_iter().map(S::into_inner).collect()));
+            out.insert(name, queries.into_inner().into_iter().map(S::into_inner).collect());
         }
         out
     }

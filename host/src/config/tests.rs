@@ -356,9 +356,12 @@ fn field_indexers_are_read_in_name_order_and_bad_ones_are_named_at_their_query()
         "{base}[informer.field_indexers]\nsecrets = [\"$.spec.volumes[*].secret.secretName\"]\nconfigmaps = [\"$..configMapRef.name\", \"$.spec.volumes[*].configMap.name\"]\n"
     );
     let c = Config::parse(&good, "host.toml", f.dir.path()).unwrap();
-    let names: Vec<&str> = c.informers[0].field_indexers.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = c.informers[0].field_indexers.keys().map(String::as_str).collect();
     assert_eq!(names, ["configmaps", "secrets"]);
-    assert_eq!(c.informers[0].field_indexers[0].1, ["$..configMapRef.name", "$.spec.volumes[*].configMap.name"]);
+    assert_eq!(
+        c.informers[0].field_indexers["configmaps"],
+        ["$..configMapRef.name", "$.spec.volumes[*].configMap.name"]
+    );
 
     let bad = format!(
         "{base}field_indexers = {{ refs = [\"$.ok\", \"spec.name\"], none = [], namespace = [\"$.x\"], app = [\"$.y\"] }}\n"

@@ -6,6 +6,7 @@
 //! This module only turns a configuration into [`IndexFunc`]s; the cache
 //! keeps the indices ([`crate::informer::Indexer`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json_path::JsonPath;
@@ -56,6 +57,24 @@ pub fn field_index(paths: Vec<JsonPath>) -> IndexFunc {
         out.truncate(MAX_FIELD_INDEX_VALUES);
         out
     })
+}
+
+/// The index functions of named field indexers (each name's JSONPath
+/// queries), as config files and `Plugin` resources give them; the first
+/// query that does not parse is an error naming its indexer.
+pub fn field_indexers(indexers: &BTreeMap<String, Vec<String>>) -> Result<HashMap<String, IndexFunc>, String> {
+    indexers
+        .iter()
+        .map(|(name, queries)| {
+            let paths = queries
+                .iter()
+                .map(|q| {
+                    parse_field_path(q).map_err(|e| format!("field indexer {name:?}: invalid JSONPath {q:?}: {e}"))
+                })
+                .collect::<Result<_, _>>()?;
+            Ok((name.clone(), field_index(paths)))
+        })
+        .collect()
 }
 
 /// The most values one object is indexed under by one field index.

@@ -24,7 +24,7 @@ pub use delta_fifo::{Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, Popped, Q
 pub use handler::{
     Delivered, Delivery, FnHandler, HandlerError, HandlerFuncs, Notification, ResourceEventHandler, deliver_each,
 };
-pub use indexers::{MAX_FIELD_INDEX_VALUES, field_index, label_index, parse_field_path};
+pub use indexers::{MAX_FIELD_INDEX_VALUES, field_index, field_indexers, label_index, parse_field_path};
 pub use listener::{CRASH_BACKOFF, ListenerStats, ObjectFilter, Registration};
 pub use lister_watcher::{
     Backoff, ExponentialBackoff, ListResult, ListerWatcher, SourceError, WatchEvent, WatchStream,

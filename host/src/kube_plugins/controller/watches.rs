@@ -1,14 +1,13 @@
 //! The informers of watched resources: one per namespace and watch,
 //! shared by the plugins that use it and stopped with the last of them.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tracing::{Instrument, info_span};
 
 use super::{PluginResources, Watch};
-use crate::informer::{IndexFunc, InformerOptions, SharedIndexInformer, field_index, parse_field_path};
+use crate::informer::{InformerOptions, SharedIndexInformer, field_indexers};
 use crate::kube_plugins::crd::WatchSpec;
 use crate::kube_plugins::policy::Effective;
 use crate::source::kube::{KubeResource, KubeSource, KubeSourceOptions};
@@ -33,14 +32,9 @@ impl PluginResources {
         );
         if !watch.field_indexers.is_empty() {
             // Checked when the Plugin was admitted; added before the start.
-            let indexers: HashMap<String, IndexFunc> = watch
-                .field_indexers
-                .iter()
-                .map(|(name, queries)| {
-                    (name.clone(), field_index(queries.iter().filter_map(|q| parse_field_path(q).ok()).collect()))
-                })
-                .collect();
-            if let Err(e) = informer.add_indexers(indexers) {
+            let added = field_indexers(&watch.field_indexers)
+                .and_then(|indexers| informer.add_indexers(indexers).map_err(|e| e.to_string()));
+            if let Err(e) = added {
                 tracing::warn!(informer = %name, "field indexers not added: {e}");
             }
         }

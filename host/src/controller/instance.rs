@@ -198,7 +198,6 @@ impl LoadedController {
 fn arm(store: &mut Store<Sandbox>, spec: &PluginSpec, factor: u32) -> u64 {
     let (fuel, ticks) = call_budget(&spec.limits, factor);
     arm_call(&mut *store, fuel, ticks);
-    store.data().shared.log.new_call();
     store.data_mut().enqueues = 0;
     fuel
 }

@@ -225,7 +225,6 @@ fn rearm(cx: &mut StoreContextMut<'_, Sandbox>) -> wasmtime::Result<()> {
     let left = cx.get_fuel().unwrap_or(0);
     let (fuel, ticks) = progress(cx.data_mut())?.next_budget(left);
     super::sandbox::arm_call(&mut *cx, fuel, ticks);
-    cx.data().shared.log.new_call();
     Ok(())
 }
 

@@ -194,7 +194,6 @@ impl WasmHandler {
     fn arm(&self, store: &mut Store<Sandbox>, factor: u32) -> u64 {
         let (fuel, ticks) = if factor == 1 { self.call_budget } else { self.budget(factor) };
         arm_call(&mut *store, fuel, ticks);
-        self.shared.log.new_call();
         fuel
     }
 
@@ -298,7 +297,6 @@ impl WasmHandler {
             return Err(HandlerError::Crashed("no live instance".into()));
         };
         arm_call(&mut live.store, fuel, ticks);
-        self.shared.log.new_call();
         // No batch is in flight: `delivery` refuses to serve this call.
         live.store.data_mut().progress = None;
         let started = Instant::now();
@@ -385,7 +383,6 @@ impl ResourceEventHandler for WasmHandler {
         let (fuel, ticks) = self.call_budget;
         store.data_mut().progress = Some(progress);
         arm_call(&mut *store, fuel, ticks);
-        self.shared.log.new_call();
         let started = Instant::now();
         let r = on_batch.call(&mut *store, (kinds, tombstone_keys));
         let elapsed = started.elapsed();

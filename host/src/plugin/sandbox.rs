@@ -161,7 +161,8 @@ impl Sandbox {
 }
 
 /// Arms a call: `fuel`, an epoch deadline `ticks` from now, the instant
-/// the guest's waits end by, and the host work it may cause.
+/// the guest's waits end by, the host work it may cause, and a whole log
+/// budget.
 pub(crate) fn arm_call(mut store: impl AsContextMut<Data = Sandbox>, fuel: u64, ticks: u64) {
     let mut cx = store.as_context_mut();
     let _ = cx.set_fuel(fuel);
@@ -170,6 +171,7 @@ pub(crate) fn arm_call(mut store: impl AsContextMut<Data = Sandbox>, fuel: u64, 
     let data = cx.data_mut();
     data.call_ends = std::time::Instant::now().checked_add(left);
     data.host_work_left = fuel;
+    data.shared.log.new_call();
 }
 
 impl WasiView for Sandbox {

@@ -1127,7 +1127,16 @@ fn sighup_applies_config_changes_and_survives_a_broken_config() {
             l.contains("added ConfigMap shop/feature-flags at rv 3 (initial list)") && from_plugin(l, "second-log")
         })
     });
-    let (status, body) = http_get(addr, "/readyz");
+    // Its adds are logged during the call that delivers them; it counts
+    // as synced once that call has returned.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (status, body) = loop {
+        let (status, body) = http_get(addr, "/readyz");
+        if status == 200 || std::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("[+]plugin second-log: synced"), "{body}");
 

@@ -118,11 +118,13 @@ fn to_wit(e: WriteError) -> wit::KubeError {
 
 impl Sandbox {
     /// Sends one write through the controller's guard, blocking this
-    /// (blocking-pool) thread until it is answered.
+    /// (blocking-pool) thread until it is answered or the call's deadline
+    /// passes, whichever comes first.
     fn write(&mut self, request: Result<WriteRequest, WriteError>) -> Result<Option<String>, wit::KubeError> {
         let request = request.map_err(to_wit)?;
+        let call_left = self.call_ends.map(|end| end.saturating_duration_since(std::time::Instant::now()));
         let ctx = self.controller();
-        let answer = ctx.runtime.block_on(ctx.guard.write(request));
+        let answer = ctx.runtime.block_on(ctx.guard.write_within(request, call_left));
         answer.map(|v| v.map(|v| v.to_string())).map_err(to_wit)
     }
 

@@ -17,6 +17,10 @@
 //!    manager, `dryRun=All` when configured, and the tenant's identity when
 //!    it impersonates one.
 //!
+//! The timeout is the guard's, or what is left of the calling reconcile's
+//! deadline when that is shorter ([`WriteGuard::write_within`]): a write
+//! may not hold a worker past the deadline of the call that sent it.
+//!
 //! A refusal is a [`WriteError::Forbidden`] and sends nothing. Every write
 //! is logged (plugin, tenant, verb, object, outcome, latency) and counted
 //! in [`WriteStats`]. This module may not change what a write asks for.
@@ -168,7 +172,24 @@ impl WriteGuard {
 
     /// Checks `request`, then sends it; see the module documentation.
     pub async fn write(&self, request: WriteRequest) -> Result<Option<Value>, WriteError> {
+        self.write_within(request, None).await
+    }
+
+    /// As [`write`](Self::write), for a call with `call_left` of its
+    /// deadline: the write gets the shorter of that and the guard's timeout.
+    /// Waiting longer would gain nothing: the call would trap on its
+    /// deadline as soon as the answer reached it, while the worker it runs
+    /// on, and the tenant's other keys behind it, waited.
+    pub async fn write_within(
+        &self,
+        request: WriteRequest,
+        call_left: Option<Duration>,
+    ) -> Result<Option<Value>, WriteError> {
         let started = tokio::time::Instant::now();
+        let (timeout, bound) = match call_left {
+            Some(left) if left < self.config.timeout => (left, "the call's deadline"),
+            _ => (self.config.timeout, "the write timeout"),
+        };
         let target = request.target()?;
         let verb = request.verb();
         let plugin = &self.config.plugin;
@@ -187,7 +208,7 @@ impl WriteGuard {
             return Err(WriteError::Forbidden(why));
         }
         let wait = self.bucket.reserve();
-        if wait > self.config.timeout {
+        if wait > timeout {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
             let message = format!(
                 "plugin {plugin} is over its {} writes per second (burst {}): the next slot is in {wait:?}",
@@ -209,10 +230,10 @@ impl WriteGuard {
         };
         // Only a dry run logs the body; other writes must not pay for it.
         let summary = if self.config.dry_run { dry_run_summary(&request) } else { String::new() };
-        let left = self.config.timeout.saturating_sub(started.elapsed());
+        let left = timeout.saturating_sub(started.elapsed());
         let answer = match tokio::time::timeout(left, self.writer.write(request, params)).await {
             Ok(answer) => answer,
-            Err(_) => Err(WriteError::Timeout(format!("{verb} {target}: no answer within {:?}", self.config.timeout))),
+            Err(_) => Err(WriteError::Timeout(format!("{verb} {target}: no answer within {timeout:?} ({bound})"))),
         };
         let latency = started.elapsed();
         match &answer {
@@ -344,6 +365,36 @@ mod tests {
         let sent = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!(server.0.load(Ordering::Relaxed), 4 + sent);
         assert_eq!(g.stats.refused.load(Ordering::Relaxed) as usize, results.len() - sent);
+    }
+
+    /// Never answers: a server that hangs.
+    struct Silent;
+
+    impl ClusterWriter for Silent {
+        fn write(&self, _: WriteRequest, _: WriteParams) -> BoxFuture<'_, Result<Option<Value>, WriteError>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_gets_the_shorter_of_its_timeout_and_what_is_left_of_the_call() {
+        let g = WriteGuard::new(GuardConfig { qps: 1.0, burst: 1, ..config() }, Arc::new(Silent));
+        let start = tokio::time::Instant::now();
+        let e = g.write_within(patch("a", "x"), Some(Duration::from_millis(300))).await.unwrap_err();
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+        assert_eq!(e, WriteError::Timeout("patch ConfigMap a/x: no answer within 300ms (the call's deadline)".into()));
+        // The next token is a second away: past what is left of this call,
+        // so the write is refused unsent instead of outliving the call.
+        let e = g.write_within(patch("a", "x"), Some(Duration::from_millis(500))).await.unwrap_err();
+        assert!(matches!(e, WriteError::RateLimited { .. }), "{e:?}");
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+        // A call with more time left than the timeout gets the timeout.
+        let start = tokio::time::Instant::now();
+        let e = g.write_within(patch("a", "x"), Some(Duration::from_secs(60))).await.unwrap_err();
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        assert_eq!(e, WriteError::Timeout("patch ConfigMap a/x: no answer within 10s (the write timeout)".into()));
+        assert_eq!(g.stats.failed.load(Ordering::Relaxed), 2);
+        assert_eq!(g.stats.refused.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,11 +33,18 @@ struct MemoryCluster {
     src: MemorySource,
     requests: Arc<Mutex<Vec<(WriteRequest, WriteParams)>>>,
     conflicts: Arc<Mutex<usize>>,
+    /// How long each answer takes (a slow API server).
+    latency: Arc<Mutex<Duration>>,
 }
 
 impl MemoryCluster {
     fn new(src: &MemorySource) -> Self {
-        MemoryCluster { src: src.clone(), requests: Default::default(), conflicts: Default::default() }
+        MemoryCluster {
+            src: src.clone(),
+            requests: Default::default(),
+            conflicts: Default::default(),
+            latency: Default::default(),
+        }
     }
 
     fn requests(&self) -> Vec<(WriteRequest, WriteParams)> {
@@ -117,7 +124,11 @@ impl ClusterWriter for MemoryCluster {
             *c = c.saturating_sub(1);
             conflict
         };
+        let latency = *self.latency.lock();
         Box::pin(async move {
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
             if conflict {
                 return Err(WriteError::Conflict(
                     "the object has been modified; please apply your changes to the latest version and try again"
@@ -280,6 +291,27 @@ async fn a_reconcile_that_panics_or_spins_is_retried_with_backoff_and_the_other_
     let ord = std::sync::atomic::Ordering::Relaxed;
     assert!(c.stats().trapped.load(ord) >= 4, "trapped {}", c.stats().trapped.load(ord));
     assert!(stats.traps_deadline.load(ord) >= 2 && stats.traps_other.load(ord) >= 2);
+    c.stop().await;
+    s.run.stop().await;
+}
+
+/// A write to a server slower than the reconcile's deadline ends with the
+/// call, not at the guard's 10 s timeout: the worker is free again, and
+/// the key retried, within about the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_slower_than_the_calls_deadline_ends_at_the_deadline() {
+    let s = Setup::new(&[("a", "x")]);
+    *s.cluster.latency.lock() = Duration::from_secs(60);
+    let limits = Limits { deadline_per_call: Duration::from_millis(300), fuel_per_call: None, ..Limits::default() };
+    let c = s.start(json!({"label": true}), guard("patient"), Some(limits));
+    eventually("three reconciles", || s.reconciles("a/x").len() >= 3).await;
+    let g = gaps(&s.reconciles("a/x"));
+    // Each attempt ends at its 300 ms deadline (the guest sees the write
+    // time out, or traps on the deadline first), then backs off 5, 10 ms.
+    assert!(g.iter().all(|gap| *gap < Duration::from_secs(3)), "gaps {g:?}: the write outlived the call");
+    let ord = std::sync::atomic::Ordering::Relaxed;
+    assert!(c.guard().stats.failed.load(ord) >= 2, "failed {}", c.guard().stats.failed.load(ord));
+    assert!(s.src.get("a/x").is_some_and(|o| o.label("reconciled").is_none()), "nothing was written");
     c.stop().await;
     s.run.stop().await;
 }

@@ -348,6 +348,54 @@ mod tests {
         assert!(cap.take_handle(600 << 10), "dropping gives the budget back");
     }
 
+    /// A component whose `f(n)` returns `n` strings that all alias one
+    /// 32 KiB region of its 64 KiB memory: what it hands the host grows
+    /// with `n`, what it holds does not.
+    const ALIASING: &str = r#"(component
+        (core module $m
+            (memory (export "mem") 1)
+            (func (export "f") (param $n i32) (result i32)
+                (local $i i32)
+                ;; The return area at 0: the list at 16, n entries.
+                (i32.store (i32.const 0) (i32.const 16))
+                (i32.store (i32.const 4) (local.get $n))
+                (block $done (loop $next
+                    (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+                    ;; Entry i: the string at 32 KiB, 32 KiB long (zeros: UTF-8).
+                    (i32.store (i32.add (i32.const 16) (i32.shl (local.get $i) (i32.const 3))) (i32.const 32768))
+                    (i32.store (i32.add (i32.const 20) (i32.shl (local.get $i) (i32.const 3))) (i32.const 32768))
+                    (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                    (br $next)))
+                (i32.const 0)))
+        (core instance $i (instantiate $m))
+        (func (export "f") (param "n" u32) (result (list string))
+            (canon lift (core func $i "f") (memory (core memory $i "mem")))))"#;
+
+    /// What a guest hands the host in one call is bounded by its cap (at
+    /// least 4 MiB), not by what it holds: strings aliasing one region
+    /// would otherwise make the host copy as much as wasmtime's default
+    /// 128 MiB allows, per call.
+    #[test]
+    fn what_a_guest_hands_the_host_in_one_call_is_bounded_by_its_cap() {
+        let engine = wasmtime::Engine::default();
+        let component = wasmtime::component::Component::new(&engine, wat::parse_str(ALIASING).unwrap()).unwrap();
+        let call = |cap: usize, n: u32| {
+            let mut store = new_store(&engine, shared(cap));
+            let linker = wasmtime::component::Linker::new(&engine);
+            let instance = linker.instantiate(&mut store, &component).unwrap();
+            let f = instance.get_typed_func::<(u32,), (Vec<String>,)>(&mut store, "f").unwrap();
+            f.call(&mut store, (n,)).map(|(l,)| l.iter().map(String::len).sum::<usize>()).map_err(|e| format!("{e:#}"))
+        };
+        // 96 strings of 32 KiB: 3 MiB, under the 4 MiB floor.
+        assert_eq!(call(1 << 20, 96), Ok(96 << 15));
+        // 160 of them: 5 MiB, past what a 1 MiB plugin may hand over.
+        let e = call(1 << 20, 160).unwrap_err();
+        assert!(e.contains("fuel allocated for hostcalls has been exhausted"), "{e}");
+        // A plugin capped at 16 MiB may hand over 5 MiB, but not 20.
+        assert_eq!(call(16 << 20, 160), Ok(160 << 15));
+        assert!(call(16 << 20, 640).is_err());
+    }
+
     #[test]
     fn the_ungranted_wall_clock_stays_frozen() {
         assert_eq!(FrozenClock.now(), Duration::ZERO);

@@ -243,7 +243,8 @@ pub struct LimitsSpec {
     /// Wall-clock deadline per call (`100ms`, `2s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<String>,
-    /// Linear memory per instance, as a Kubernetes quantity (`64Mi`).
+    /// Memory per instance (its linear memory and the objects it holds
+    /// handles to), as a Kubernetes quantity (`64Mi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
 }

@@ -262,17 +262,18 @@ impl Sandbox {
 
     /// Lends an object to the guest. A handle keeps its object version
     /// alive, so each counts the object's JSON and [`HANDLE_COST`] bytes
-    /// against the instance's handle budget (its memory cap): past it, or
-    /// past the count the cap allows, a trap.
+    /// against the instance's memory cap, beside its linear memory: past
+    /// it, or past the count the cap allows, a trap.
     pub fn push_object(&mut self, obj: ObjectRef) -> wasmtime::Result<Resource<ObjectHandle>> {
         if self.handles >= self.max_handles || !self.limiter.take_handle(obj.json().len()) {
             self.limiter.refused = true;
             wasmtime::bail!(
-                "the instance holds {} object handles keeping {} bytes of objects alive, the most its memory \
-                 cap of {} bytes allows ({HANDLE_COST} bytes each and the object's JSON); drop the handles it \
-                 no longer needs",
+                "the instance holds {} object handles keeping {} bytes of objects alive beside {} bytes of its \
+                 own memory, the most its memory cap of {} bytes allows ({HANDLE_COST} bytes a handle and the \
+                 object's JSON); drop the handles it no longer needs",
                 self.handles,
                 self.limiter.handle_bytes,
+                self.limiter.linear_bytes(),
                 self.shared.memory_bytes
             );
         }

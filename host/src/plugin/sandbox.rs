@@ -53,10 +53,10 @@ const MAX_MEMORIES: usize = 16;
 const MAX_TABLES: usize = 256;
 const MAX_INSTANCES: usize = 256;
 
-/// The memory cap of one instance. Linear memories and tables count
-/// together against `cap`, however many of them a component declares; the
-/// objects its handles keep alive count against a second budget of the
-/// same size. An instance holds at most about twice its cap in host memory.
+/// The memory cap of one instance: its linear memories and tables, however
+/// many a component declares, and the objects its handles keep alive count
+/// together against `cap`. A plugin with `memory = 16 MiB` holds at most
+/// that in host memory, whether as its own memory or as objects it keeps.
 pub(crate) struct MemoryCap {
     cap: usize,
     /// Bytes of every linear memory and table of the instance.
@@ -72,27 +72,38 @@ impl MemoryCap {
         MemoryCap { cap, linear: 0, handle_bytes: 0, refused: false }
     }
 
+    /// Whether `linear` bytes of memories and tables beside `handles` bytes
+    /// of kept objects fit the cap; notes a refusal for the trap message.
+    fn fits(&mut self, linear: usize, handles: usize) -> bool {
+        let fits = linear.saturating_add(handles) <= self.cap;
+        self.refused |= !fits;
+        fits
+    }
+
     /// Grows the linear total from `current` to `desired` bytes of one
     /// memory or table, unless that passes the cap.
     fn grow(&mut self, current: usize, desired: usize) -> bool {
         let next = self.linear.saturating_sub(current).saturating_add(desired);
-        if next > self.cap {
-            self.refused = true;
-            return false;
+        let fits = self.fits(next, self.handle_bytes);
+        if fits {
+            self.linear = next;
         }
-        self.linear = next;
-        true
+        fits
     }
 
-    /// Charges a handle on an object of `bytes`; false past the budget.
+    /// Charges a handle on an object of `bytes`; false past the cap.
     pub(crate) fn take_handle(&mut self, bytes: usize) -> bool {
         let next = self.handle_bytes.saturating_add(handle_cost(bytes));
-        if next > self.cap {
-            self.refused = true;
-            return false;
+        let fits = self.fits(self.linear, next);
+        if fits {
+            self.handle_bytes = next;
         }
-        self.handle_bytes = next;
-        true
+        fits
+    }
+
+    /// Bytes of the instance's memories and tables.
+    pub(crate) fn linear_bytes(&self) -> usize {
+        self.linear
     }
 
     pub(crate) fn drop_handle(&mut self, bytes: usize) {
@@ -346,6 +357,20 @@ mod tests {
         cap.drop_handle(600 << 10);
         assert_eq!(cap.handle_bytes, 0);
         assert!(cap.take_handle(600 << 10), "dropping gives the budget back");
+    }
+
+    /// Memory and kept objects share the one cap: what one holds, the
+    /// other cannot grow into.
+    #[test]
+    fn memory_and_kept_objects_share_one_cap() {
+        let mut cap = MemoryCap::new(1 << 20);
+        assert!(cap.grow(0, 512 << 10));
+        assert!(!cap.take_handle(600 << 10), "600 KiB of objects beside 512 KiB of memory");
+        assert!(cap.take_handle(400 << 10));
+        assert!(!cap.grow(512 << 10, 640 << 10), "memory may not grow into what objects hold");
+        assert_eq!(cap.linear_bytes(), 512 << 10, "a refused growth changes nothing");
+        cap.drop_handle(400 << 10);
+        assert!(cap.grow(512 << 10, 640 << 10), "dropped objects give the room back");
     }
 
     /// A component whose `f(n)` returns `n` strings that all alias one

@@ -7,11 +7,13 @@
 //! keeps the indices ([`crate::informer::Indexer`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+use parking_lot::Mutex;
+use serde_json::Value;
 use serde_json_path::JsonPath;
 
-use super::{IndexFunc, ObjectRef};
+use super::{IndexFunc, Object, ObjectRef};
 
 /// A label-key index: objects by the value of one label.
 pub fn label_index(key: String) -> IndexFunc {
@@ -40,9 +42,14 @@ pub fn parse_field_path(query: &str) -> Result<JsonPath, String> {
 ///
 /// Each call parses the object's JSON: a field index costs a parse per
 /// object added and two per update (the old version's values are removed).
+/// [`field_indexers`] builds indexes that share one parse.
 pub fn field_index(paths: Vec<JsonPath>) -> IndexFunc {
+    field_index_parsed_by(paths, Arc::default())
+}
+
+fn field_index_parsed_by(paths: Vec<JsonPath>, parsed: Arc<RecentlyParsed>) -> IndexFunc {
     Arc::new(move |o: &ObjectRef| {
-        let Ok(value) = serde_json::from_str::<serde_json::Value>(o.json()) else { return Vec::new() };
+        let Some(value) = parsed.get(o) else { return Vec::new() };
         let mut out: Vec<String> = paths
             .iter()
             .flat_map(|p| p.query(&value).all())
@@ -59,10 +66,57 @@ pub fn field_index(paths: Vec<JsonPath>) -> IndexFunc {
     })
 }
 
+/// The parsed JSON of the last two objects the field indexes of one cache
+/// read, so that its indexes parse an object once between them: the cache
+/// runs every index on the old and the new version of an object in turn
+/// (old, new, old, new, ...), and two entries serve them all.
+///
+/// An entry is known by its object's allocation, held weakly: the
+/// allocation cannot be reused while the entry holds it, so a new object
+/// at the same address is never mistaken for an old one. Objects over
+/// [`RecentlyParsed::MAX_KEPT`] bytes of JSON are parsed each time rather
+/// than kept, so what this holds between changes stays small.
+#[derive(Default)]
+struct RecentlyParsed {
+    /// The most recently read first.
+    recent: Mutex<[Option<Parsed>; 2]>,
+}
+
+/// An object (its allocation, held weakly) and its JSON as a value.
+type Parsed = (Weak<Object>, Arc<Value>);
+
+impl RecentlyParsed {
+    const MAX_KEPT: usize = 64 << 10;
+
+    /// The object's JSON as a value; `None` when it is not JSON.
+    fn get(&self, o: &ObjectRef) -> Option<Arc<Value>> {
+        let parse = || serde_json::from_str::<Value>(o.json()).ok().map(Arc::new);
+        if o.json().len() > Self::MAX_KEPT {
+            return parse();
+        }
+        let mut recent = self.recent.lock();
+        let seen = |entry: &Option<Parsed>| {
+            entry.as_ref().is_some_and(|(seen, _)| std::ptr::eq(seen.as_ptr(), Arc::as_ptr(o)))
+        };
+        // A new one replaces the less recently read.
+        if seen(&recent[1]) {
+            recent.swap(0, 1);
+        }
+        if !seen(&recent[0]) {
+            let value = parse()?;
+            recent[1] = recent[0].take();
+            recent[0] = Some((Arc::downgrade(o), value));
+        }
+        recent[0].as_ref().map(|(_, value)| value.clone())
+    }
+}
+
 /// The index functions of named field indexers (each name's JSONPath
-/// queries), as config files and `Plugin` resources give them; the first
-/// query that does not parse is an error naming its indexer.
+/// queries), as config files and `Plugin` resources give them, sharing one
+/// parse of each object; the first query that does not parse is an error
+/// naming its indexer.
 pub fn field_indexers(indexers: &BTreeMap<String, Vec<String>>) -> Result<HashMap<String, IndexFunc>, String> {
+    let parsed = Arc::<RecentlyParsed>::default();
     indexers
         .iter()
         .map(|(name, queries)| {
@@ -72,7 +126,7 @@ pub fn field_indexers(indexers: &BTreeMap<String, Vec<String>>) -> Result<HashMa
                     parse_field_path(q).map_err(|e| format!("field indexer {name:?}: invalid JSONPath {q:?}: {e}"))
                 })
                 .collect::<Result<_, _>>()?;
-            Ok((name.clone(), field_index(paths)))
+            Ok((name.clone(), field_index_parsed_by(paths, parsed.clone())))
         })
         .collect()
 }
@@ -134,6 +188,37 @@ mod tests {
         let values = f(&o);
         assert_eq!(values.len(), MAX_FIELD_INDEX_VALUES);
         assert_eq!(values[0], "t/big", "the first in sorted order");
+    }
+
+    /// The field indexes of one cache parse each object once between them,
+    /// the old and the new version of an update alike, and still give each
+    /// index its own values.
+    #[test]
+    fn field_indexers_share_one_parse_per_object() {
+        let parsed = Arc::<RecentlyParsed>::default();
+        let queries = |q: &str| vec![parse_field_path(q).unwrap()];
+        let a = field_index_parsed_by(queries("$.spec.a"), parsed.clone());
+        let b = field_index_parsed_by(queries("$.spec.b"), parsed.clone());
+        let version = |a: &str, b: &str| {
+            obj(serde_json::json!({"metadata": {"name": "n", "namespace": "t"}, "spec": {"a": a, "b": b}}))
+        };
+        let (old, new) = (version("a1", "b1"), version("a2", "b2"));
+        let value_of = |o: &ObjectRef| parsed.get(o).unwrap();
+        // As the cache runs them on an update: each index on old, then new.
+        assert_eq!((a(&old), a(&new)), (vec!["t/a1".to_string()], vec!["t/a2".to_string()]));
+        let (old_value, new_value) = (value_of(&old), value_of(&new));
+        assert_eq!((b(&old), b(&new)), (vec!["t/b1".to_string()], vec!["t/b2".to_string()]));
+        assert!(Arc::ptr_eq(&old_value, &value_of(&old)), "the old version was parsed once");
+        assert!(Arc::ptr_eq(&new_value, &value_of(&new)), "the new version was parsed once");
+        // A third version pushes out the least recently read.
+        let next = version("a3", "b3");
+        assert_eq!(b(&next), ["t/b3"]);
+        assert!(Arc::ptr_eq(&new_value, &value_of(&new)));
+        assert!(!Arc::ptr_eq(&old_value, &value_of(&old)), "the oldest is parsed again");
+        // An object too large to keep is parsed every time, and indexed alike.
+        let big = version(&"x".repeat(RecentlyParsed::MAX_KEPT), "big");
+        assert_eq!(b(&big), ["t/big"]);
+        assert!(!Arc::ptr_eq(&value_of(&big), &value_of(&big)));
     }
 
     #[test]

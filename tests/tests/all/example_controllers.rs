@@ -971,3 +971,54 @@ fn bench_reloader_map_with_and_without_a_field_index() {
         );
     }
 }
+
+/// What the reloader's two field indexes (ConfigMaps and Secrets, as in
+/// `examples/host.toml`) cost the cache per Deployment added and updated,
+/// built apart (`field_index` each: a parse per index) against built
+/// together (`field_indexers`: one parse shared), side by side. Run with
+/// `cargo test -p e2e --test all -- --ignored --nocapture bench_field_indexes`.
+#[test]
+#[ignore]
+fn bench_field_indexes_apart_and_sharing_one_parse() {
+    use informer_host::informer::{
+        IndexFunc, Indexer, Object, ObjectRef, field_index, field_indexers, parse_field_path,
+    };
+    use std::collections::{BTreeMap, HashMap};
+    use std::time::{Duration, Instant};
+
+    let queries: BTreeMap<String, Vec<String>> = [
+        ("configmaps", "$.spec.template.spec['containers','initContainers'][*].envFrom[*].configMapRef.name"),
+        ("secrets", "$.spec.template.spec.volumes[*].secret.secretName"),
+    ]
+    .into_iter()
+    .map(|(name, q)| (name.to_string(), vec![q.to_string()]))
+    .collect();
+    let apart = || -> HashMap<String, IndexFunc> {
+        queries.iter().map(|(n, q)| (n.clone(), field_index(vec![parse_field_path(&q[0]).unwrap()]))).collect()
+    };
+    let version = |i: usize, rev: usize| -> ObjectRef {
+        let mut d = deployment_using("shop", &format!("d{i}"), &format!("cfg-{i}-{rev}"));
+        d["metadata"]["resourceVersion"] = json!(rev.to_string());
+        Arc::new(Object::from_value(&d).unwrap())
+    };
+    let n = 1000;
+    let (first, second): (Vec<_>, Vec<_>) = (0..n).map(|i| (version(i, 1), version(i, 2))).unzip();
+    // Per Deployment: add, then update (the index reads both versions).
+    let run = |indexes: HashMap<String, IndexFunc>| -> (Duration, Duration) {
+        let indexer = Indexer::new();
+        indexer.add_indexers(indexes).unwrap();
+        let t = Instant::now();
+        first.iter().for_each(|o| drop(indexer.add(o.clone())));
+        let add = t.elapsed() / n as u32;
+        let t = Instant::now();
+        second.iter().for_each(|o| drop(indexer.update(o.clone())));
+        (add, t.elapsed() / n as u32)
+    };
+    println!("| two field indexes, {n} Deployments | add | update |");
+    println!("| --- | --- | --- |");
+    for round in 0..3 {
+        let ((a1, u1), (a2, u2)) = (run(apart()), run(field_indexers(&queries).unwrap()));
+        println!("| apart (round {round}) | {a1:.1?} | {u1:.1?} |");
+        println!("| sharing one parse (round {round}) | {a2:.1?} | {u2:.1?} |");
+    }
+}

@@ -207,6 +207,13 @@ impl WriteGuard {
             tracing::warn!(plugin = %plugin, tenant, verb, object = %target, "write refused: {why}");
             return Err(WriteError::Forbidden(why));
         }
+        // A call already past its deadline sends nothing: the request could
+        // leave, and the server act on it, with no one left to hear back.
+        if timeout.is_zero() {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(plugin = %plugin, tenant, verb, object = %target, "write refused: {bound} has passed");
+            return Err(WriteError::Timeout(format!("{verb} {target}: not sent, {bound} has passed")));
+        }
         let wait = self.bucket.reserve();
         if wait > timeout {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -394,6 +401,13 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(10));
         assert_eq!(e, WriteError::Timeout("patch ConfigMap a/x: no answer within 10s (the write timeout)".into()));
         assert_eq!(g.stats.failed.load(Ordering::Relaxed), 2);
+        assert_eq!(g.stats.refused.load(Ordering::Relaxed), 1);
+        // A call with nothing left sends nothing.
+        let server = Arc::new(Counting::default());
+        let g = WriteGuard::new(config(), server.clone());
+        let e = g.write_within(patch("a", "x"), Some(Duration::ZERO)).await.unwrap_err();
+        assert_eq!(e, WriteError::Timeout("patch ConfigMap a/x: not sent, the call's deadline has passed".into()));
+        assert_eq!(server.0.load(Ordering::Relaxed), 0);
         assert_eq!(g.stats.refused.load(Ordering::Relaxed), 1);
     }
 

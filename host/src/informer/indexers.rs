@@ -40,9 +40,9 @@ pub fn parse_field_path(query: &str) -> Result<JsonPath, String> {
 /// and a query such as `$..*` over an object a tenant writes must not make
 /// the host hold many times the object.
 ///
-/// Each call parses the object's JSON: a field index costs a parse per
-/// object added and two per update (the old version's values are removed).
-/// [`field_indexers`] builds indexes that share one parse.
+/// A field index parses the JSON of each object version it reads: one
+/// parse per object added and two per update (the old version's values are
+/// removed). [`field_indexers`] builds indexes that share those parses.
 pub fn field_index(paths: Vec<JsonPath>) -> IndexFunc {
     field_index_parsed_by(paths, Arc::default())
 }

@@ -551,3 +551,63 @@ async fn a_guarded_create_with_generate_name_is_named_by_the_store() {
     let (a, b) = (a["metadata"]["name"].as_str().unwrap(), b["metadata"]["name"].as_str().unwrap());
     assert!(a.starts_with("job-") && b.starts_with("job-") && a != b, "{a} {b}");
 }
+
+fn config_map(name: &str, bytes: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns"},
+        "data": {"k": "x".repeat(bytes)}})
+}
+
+/// What etcd refuses, the store refuses with the API server's answers: an
+/// object over 1.5 MiB, and growth past the store's quota (deletes and
+/// shrinking writes still pass); the history keeps a bounded number of
+/// bytes, and a watch from before it relists.
+#[tokio::test(start_paused = true)]
+async fn the_store_is_bounded_as_etcd_bounds_a_cluster() {
+    use informer_host::cluster::embedded::MAX_OBJECT_BYTES;
+    let cluster = EmbeddedCluster::in_memory();
+    let too_large = write(&cluster, WriteRequest::Create(config_map("big", MAX_OBJECT_BYTES)), params("m")).await;
+    assert_eq!(
+        too_large,
+        Err(WriteError::ServerError { code: 500, message: "etcdserver: request is too large".into() })
+    );
+    assert!(cluster.store().keys().is_empty());
+    // A patch that grows an object past the limit is refused the same way,
+    // and leaves the object as it was.
+    write(&cluster, WriteRequest::Create(config_map("grows", 1000)), params("m")).await.unwrap();
+    let cm = target("v1", "ConfigMap", "ns", "grows");
+    let grow = Patch::Merge(json!({"data": {"more": "y".repeat(MAX_OBJECT_BYTES)}}));
+    let refused = write(&cluster, WriteRequest::Patch { target: cm.clone(), patch: grow }, params("m")).await;
+    assert!(matches!(refused, Err(WriteError::ServerError { code: 500, .. })), "{refused:?}");
+    assert_eq!(cluster.get(&cm).unwrap()["data"]["k"].as_str().unwrap().len(), 1000);
+
+    // The quota: ten objects of ~10 KiB fit in 120 KiB, the twelfth does not.
+    let store = cluster.store();
+    store.set_quota_bytes(store.bytes() + 120 * 1024);
+    for i in 0..11 {
+        write(&cluster, WriteRequest::Create(config_map(&format!("q{i}"), 10 * 1024)), params("m")).await.unwrap();
+    }
+    let full = write(&cluster, WriteRequest::Create(config_map("q11", 10 * 1024)), params("m")).await;
+    assert_eq!(
+        full,
+        Err(WriteError::ServerError { code: 500, message: "etcdserver: mvcc: database space exceeded".into() })
+    );
+    // Shrinking and deleting still work, and free room.
+    let q0 = target("v1", "ConfigMap", "ns", "q0");
+    let shrink = Patch::Merge(json!({"data": {"k": "small"}}));
+    write(&cluster, WriteRequest::Patch { target: q0.clone(), patch: shrink }, params("m")).await.unwrap();
+    let q1 = target("v1", "ConfigMap", "ns", "q1");
+    write(&cluster, WriteRequest::Delete { target: q1, options: DeleteOptions::default() }, params("m")).await.unwrap();
+    write(&cluster, WriteRequest::Create(config_map("q11", 10 * 1024)), params("m")).await.unwrap();
+
+    // The history keeps about 30 KiB: a watch from the first write's
+    // version is compacted away, and the informer relists instead.
+    store.set_history_bytes(30 * 1024);
+    let first = rv(&cluster.get(&cm).unwrap());
+    for i in 0..5 {
+        let patch = Patch::Merge(json!({"data": {"k": format!("{i}").repeat(10 * 1024)}}));
+        write(&cluster, WriteRequest::Patch { target: q0.clone(), patch }, params("m")).await.unwrap();
+    }
+    let view = cluster.view(ManifestFilter::default().kind("ConfigMap"));
+    let gone = informer_host::informer::ListerWatcher::watch(&view, &first.to_string()).await;
+    assert!(gone.is_err_and(|e| e.to_string().contains("too old resource version")), "a compacted watch is Gone");
+}

@@ -221,6 +221,11 @@ pub struct WriteParams {
     pub impersonate: Option<String>,
 }
 
+/// The largest body the API server decodes for a write
+/// (`MaxRequestBodyBytes`, 3 MiB); a larger one is answered `413` ("Request
+/// entity too large: limit is 3145728").
+pub const MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
+
 /// One `details.causes` entry of a 422 Invalid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cause {
@@ -266,6 +271,14 @@ pub enum WriteError {
 }
 
 impl WriteError {
+    /// The API server's answer to a body over [`MAX_REQUEST_BODY_BYTES`].
+    pub fn body_too_large() -> WriteError {
+        WriteError::ServerError {
+            code: 413,
+            message: format!("Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}"),
+        }
+    }
+
     /// Maps a Kubernetes `Status` (code, reason, message, causes) to the
     /// typed error, reason first (as the API conventions advise), then code.
     pub fn from_status(code: u16, reason: &str, message: String, causes: Vec<Cause>) -> WriteError {

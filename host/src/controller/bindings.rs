@@ -73,8 +73,13 @@ fn target(t: wit::Target) -> cluster::Target {
 }
 
 /// Parses JSON text from the guest; a parse error is the guest's mistake,
-/// answered as `bad-request` (never a trap).
+/// answered as `bad-request` (never a trap). A body the API server would
+/// not decode (over [`cluster::MAX_REQUEST_BODY_BYTES`]) gets its `413`
+/// before the host parses it, whichever cluster the write is for.
 fn json(text: &str) -> Result<serde_json::Value, WriteError> {
+    if text.len() > cluster::MAX_REQUEST_BODY_BYTES {
+        return Err(WriteError::body_too_large());
+    }
     serde_json::from_str(text).map_err(|e| WriteError::BadRequest(format!("the object is not JSON: {e}")))
 }
 
@@ -263,4 +268,18 @@ pub(crate) fn add_controller_imports(
         self::informer_host::plugin::kube::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_too_large_for_the_api_server_is_refused_before_it_is_parsed() {
+        // Not JSON at all: only a parse would say so, and it does not run.
+        let huge = "{".repeat(cluster::MAX_REQUEST_BODY_BYTES + 1);
+        assert_eq!(json(&huge), Err(WriteError::body_too_large()));
+        let at_limit = format!("\"{}\"", "x".repeat(cluster::MAX_REQUEST_BODY_BYTES - 2));
+        assert!(json(&at_limit).is_ok());
+    }
 }

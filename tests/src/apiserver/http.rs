@@ -93,6 +93,9 @@ pub(super) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Resul
     Ok(response)
 }
 
+/// The API server's `MaxRequestBodyBytes`: 3 MiB.
+const MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
+
 /// The response to `req`; `answered` goes into its log entry, for
 /// [`handle`] to fill with the status code.
 async fn respond(shared: Arc<Shared>, req: Request<Incoming>, answered: Arc<OnceLock<u16>>) -> Response<Body> {
@@ -179,6 +182,12 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>, answered: Arc<Once
     };
     if let Some(denied) = denied {
         return denied.response();
+    }
+    // The handlers decode at most `MaxRequestBodyBytes` of a write.
+    let writes = [RequestKind::Create, RequestKind::Update, RequestKind::Patch, RequestKind::Delete];
+    if writes.contains(&kind) && body.len() > MAX_REQUEST_BODY_BYTES {
+        let message = format!("Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}");
+        return status_response(413, "RequestEntityTooLarge", message);
     }
     match kind {
         RequestKind::Watch => {

@@ -102,10 +102,16 @@ pub(super) fn strategic_merge_patch(target: &mut Value, patch: &Value) -> Result
     Ok(())
 }
 
-/// Applies an RFC 6902 patch: `400` for a malformed patch, `422` for one
+/// Applies an RFC 6902 patch: `400` for a malformed patch, `413` for one
+/// of more than 10 000 operations (`maxJSONPatchOperations`), `422` for one
 /// that does not apply (a failed `test`, a missing path), as upstream.
 pub(super) fn json_patch(target: &mut Value, patch: &[u8]) -> ApiResult<()> {
+    const MAX_OPERATIONS: usize = 10_000;
     let ops: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if ops.len() > MAX_OPERATIONS {
+        let message = format!("The allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {}", ops.len());
+        return Err(ApiError::new(413, "RequestEntityTooLarge", message));
+    }
     json_patch::patch(target, &ops).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))
 }
 

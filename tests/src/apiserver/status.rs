@@ -35,6 +35,7 @@ pub(super) fn reason_for(code: u16) -> &'static str {
         405 => "MethodNotAllowed",
         409 => "Conflict",
         410 => "Expired",
+        413 => "RequestEntityTooLarge",
         415 => "UnsupportedMediaType",
         422 => "Invalid",
         429 => "TooManyRequests",

@@ -348,6 +348,35 @@ async fn an_invalid_object_is_invalid_with_its_causes() {
     assert!(causes.iter().all(|c| c.field == "metadata.name" && c.reason == "FieldValueInvalid"), "{causes:?}");
 }
 
+/// Bodies past 3 MiB and JSON patches past 10 000 operations are the API
+/// server's `413 RequestEntityTooLarge`, a server error the controller sees
+/// with its code; the embedded cluster answers the same.
+#[tokio::test]
+async fn a_body_or_a_patch_too_large_for_the_api_server_is_413() {
+    use informer_host::cluster::MAX_REQUEST_BODY_BYTES;
+    use informer_host::cluster::embedded::EmbeddedCluster;
+    let server = ApiServer::start().await;
+    let writer = writer(&server);
+    let big = "x".repeat(MAX_REQUEST_BODY_BYTES);
+    let answer = write(&writer, WriteRequest::Create(config_map("default", "big", &[], &[("k", &big)]))).await;
+    let too_large = WriteError::ServerError { code: 413, message: "Request entity too large: limit is 3145728".into() };
+    assert_eq!(answer, Err(too_large.clone()));
+    assert!(server.get("v1", "ConfigMap", Some("default"), "big").is_none());
+    assert_eq!(WriteError::body_too_large(), too_large);
+
+    write(&writer, WriteRequest::Create(config_map("default", "app", &[], &[("k", "v")]))).await.unwrap();
+    let ops = Value::Array(vec![json!({"op": "test", "path": "/data/k", "value": "v"}); 10_001]);
+    let patch = WriteRequest::Patch { target: cm_target("app"), patch: Patch::Json(ops) };
+    let refused = WriteError::ServerError {
+        code: 413,
+        message: "The allowed maximum operations in a JSON patch is 10000, got 10001".into(),
+    };
+    assert_eq!(write(&writer, patch.clone()).await, Err(refused.clone()));
+    let embedded = EmbeddedCluster::in_memory();
+    embedded.write(WriteRequest::Create(config_map("default", "app", &[], &[("k", "v")])), params()).await.unwrap();
+    assert_eq!(embedded.write(patch, params()).await, Err(refused));
+}
+
 #[tokio::test]
 async fn an_unknown_kind_is_named_and_nothing_is_written() {
     let server = ApiServer::start().await;

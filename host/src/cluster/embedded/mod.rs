@@ -60,7 +60,7 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-pub use store::{ClusterStore, ClusterView};
+pub use store::{ClusterStore, ClusterView, HISTORY_BYTES, MAX_OBJECT_BYTES, QUOTA_BYTES};
 
 use super::{ClusterWriter, Propagation, Target, WriteError, WriteParams, WriteRequest};
 use crate::source::manifests::{

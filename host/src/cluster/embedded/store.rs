@@ -23,6 +23,22 @@ use crate::informer::{ListResult, ListerWatcher, Object, ObjectRef, SourceError,
 use crate::source::DEFAULT_HISTORY;
 use crate::source::manifests::{ManifestFilter, ManifestsSource, qualified_key};
 
+/// The largest object the store keeps, in bytes of JSON: etcd's default
+/// request limit (`--max-request-bytes`, 1.5 MiB). A larger one is answered
+/// as the API server answers etcd's refusal: `500` "etcdserver: request is
+/// too large".
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+/// The most bytes of JSON the store's objects may hold together, as etcd's
+/// backend quota (`--quota-backend-bytes`) bounds a cluster: a write that
+/// would grow the store past it fails with etcd's "database space
+/// exceeded" (`500`); writes that shrink or delete still succeed. It keeps
+/// a controller that creates objects for ever from growing the host.
+pub const QUOTA_BYTES: usize = 256 * 1024 * 1024;
+/// The most bytes of JSON the change history keeps for resuming watches
+/// (besides its count limit): older changes are compacted, and a watch
+/// from before them gets `410 Gone` and relists.
+pub const HISTORY_BYTES: usize = 64 * 1024 * 1024;
+
 /// A stored object: its JSON (for the write rules and view filters) and
 /// the engine's parsed form (what informers receive).
 #[derive(Clone)]
@@ -50,6 +66,13 @@ pub(super) struct State {
     /// Watches from a resourceVersion below this get `410 Gone`.
     compacted_below: u64,
     history_limit: usize,
+    /// Bytes of JSON of the stored objects, at most `quota`.
+    bytes: usize,
+    quota: usize,
+    /// Bytes of JSON of the changes in `history`, kept to at most
+    /// `history_bytes_limit` (but always the latest change).
+    history_bytes: usize,
+    history_bytes_limit: usize,
     /// Numbers uids and generated names.
     counter: u64,
     /// Makes this store's uids differ from another's.
@@ -106,6 +129,15 @@ impl State {
         let key = key_of(&value);
         let rv = self.rv + 1;
         let (value, object) = stamped(value, rv)?;
+        let size = object.json().len();
+        if size > MAX_OBJECT_BYTES {
+            return Err("etcdserver: request is too large".into());
+        }
+        let before = self.objects.get(&key).map_or(0, |e| e.object.json().len());
+        if size > before && self.bytes - before + size > self.quota {
+            return Err("etcdserver: mvcc: database space exceeded".into());
+        }
+        self.bytes = self.bytes - before + size;
         self.rv = rv;
         let old = self.objects.insert(key, Entry { value: value.clone(), object: object.clone() }).map(|e| e.value);
         self.record(Change { rv, old, new: Some(value.clone()), object });
@@ -122,6 +154,7 @@ impl State {
     /// watchers see (the update that removed the last finalizer).
     pub(super) fn remove_as(&mut self, key: &str, last: Option<Value>) -> Option<Arc<Value>> {
         let old = self.objects.remove(key)?;
+        self.bytes -= old.object.json().len();
         let rv = self.rv + 1;
         self.rv = rv;
         let (last, object) = match stamped(last.unwrap_or_else(|| Value::clone(&old.value)), rv) {
@@ -133,9 +166,13 @@ impl State {
     }
 
     fn record(&mut self, change: Change) {
+        self.history_bytes += change.object.json().len();
         self.history.push_back(change);
-        while self.history.len() > self.history_limit {
+        while self.history.len() > self.history_limit
+            || (self.history_bytes > self.history_bytes_limit && self.history.len() > 1)
+        {
             if let Some(c) = self.history.pop_front() {
+                self.history_bytes -= c.object.json().len();
                 self.compacted_below = c.rv;
             }
         }
@@ -152,6 +189,10 @@ impl ClusterStore {
                 history: VecDeque::new(),
                 compacted_below: 0,
                 history_limit: DEFAULT_HISTORY,
+                bytes: 0,
+                quota: QUOTA_BYTES,
+                history_bytes: 0,
+                history_bytes_limit: HISTORY_BYTES,
                 counter: 0,
                 salt: salt.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             }),
@@ -174,6 +215,23 @@ impl ClusterStore {
     /// Keeps at most `limit` changes for resuming watches.
     pub fn set_history_limit(&self, limit: usize) {
         self.state.lock().history_limit = limit.max(1);
+    }
+
+    /// Keeps at most `bytes` of changes for resuming watches (default
+    /// [`HISTORY_BYTES`]).
+    pub fn set_history_bytes(&self, bytes: usize) {
+        self.state.lock().history_bytes_limit = bytes;
+    }
+
+    /// Lets the objects hold at most `bytes` of JSON together (default
+    /// [`QUOTA_BYTES`]).
+    pub fn set_quota_bytes(&self, bytes: usize) {
+        self.state.lock().quota = bytes;
+    }
+
+    /// Bytes of JSON the stored objects hold together.
+    pub fn bytes(&self) -> usize {
+        self.state.lock().bytes
     }
 
     /// The stored JSON of the object under `key` ([`qualified_key`]).

@@ -51,6 +51,9 @@ pub struct LoadedController {
     pre: ControllerPre<Sandbox>,
     engine: Engine,
     ticker: Arc<Ticker>,
+    /// The per-second log budget every instance shares: instances are made
+    /// per worker, for the mapper, and afresh after every trap.
+    log: LogBudget,
 }
 
 impl PluginRuntime {
@@ -117,6 +120,7 @@ impl PluginRuntime {
             from_cache,
             instantiate_time: Duration::ZERO,
         };
+        let spec_log = spec.limits.log.clone();
         let mut loaded = LoadedController {
             info,
             spec,
@@ -124,6 +128,7 @@ impl PluginRuntime {
             pre,
             engine: engine.clone(),
             ticker: self.ticker(),
+            log: LogBudget::new(spec_log),
         };
         let t = Instant::now();
         drop(loaded.instance(ctx)?);
@@ -144,7 +149,7 @@ impl LoadedController {
             clocks: self.spec.grants.clocks,
             memory_bytes: self.spec.limits.memory_bytes,
             log_granted: self.spec.grants.log,
-            log: LogBudget::new(self.spec.limits.log.clone()),
+            log: self.log.another_instance(),
             controller: Some(ctx),
         });
         // As for handlers: wasmtime-wasi's synchronous host calls block on

@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -48,9 +49,15 @@ impl Default for LogLimits {
 /// How often, at most, the host says that lines were dropped.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
-struct State {
-    call_lines: u32,
-    call_bytes: usize,
+/// What the current call has logged.
+#[derive(Default)]
+struct Call {
+    lines: u32,
+    bytes: usize,
+}
+
+/// The per-second budget of a registration, and what it dropped.
+struct Rate {
     /// Token buckets (lines, bytes), refilled at the per-second rates.
     tokens: (f64, f64),
     refilled: Instant,
@@ -59,52 +66,52 @@ struct State {
     reported: Option<Instant>,
 }
 
-/// The log budget of one plugin registration (shared by its instances).
+/// The log budget of one instance: its own per-call counts, and the
+/// per-second bucket of its plugin registration, which every instance of
+/// the registration shares ([`LogBudget::another_instance`]), so an
+/// instance made fresh after a trap (or one more worker's) gains nothing.
 pub(crate) struct LogBudget {
     limits: LogLimits,
-    state: Mutex<State>,
+    call: Mutex<Call>,
+    rate: Arc<Mutex<Rate>>,
 }
 
 impl LogBudget {
     pub fn new(limits: LogLimits) -> Self {
         let tokens = (limits.lines_per_second as f64, limits.bytes_per_second as f64);
-        LogBudget {
-            limits,
-            state: Mutex::new(State {
-                call_lines: 0,
-                call_bytes: 0,
-                tokens,
-                refilled: Instant::now(),
-                dropped: (0, 0),
-                reported: None,
-            }),
-        }
+        let rate = Rate { tokens, refilled: Instant::now(), dropped: (0, 0), reported: None };
+        LogBudget { limits, call: Mutex::default(), rate: Arc::new(Mutex::new(rate)) }
+    }
+
+    /// The budget of another instance of the same registration: a call of
+    /// its own, the same per-second bucket.
+    pub fn another_instance(&self) -> Self {
+        LogBudget { limits: self.limits.clone(), call: Mutex::default(), rate: self.rate.clone() }
     }
 
     /// A new call (or batch item) starts: its per-call budget is whole again.
     pub fn new_call(&self) {
-        let mut s = self.state.lock();
-        s.call_lines = 0;
-        s.call_bytes = 0;
+        *self.call.lock() = Call::default();
     }
 
     /// Takes one line of `len` bytes (as kept, after truncation) from the
     /// budget; false when it must be dropped (and counts the drop).
     fn admit(&self, len: usize, stats: &PluginStats) -> bool {
         let l = &self.limits;
-        let mut s = self.state.lock();
+        let mut call = self.call.lock();
+        let mut s = self.rate.lock();
         let now = Instant::now();
         let secs = now.duration_since(s.refilled).as_secs_f64();
         s.refilled = now;
         s.tokens.0 = (s.tokens.0 + secs * l.lines_per_second as f64).min(l.lines_per_second as f64);
         s.tokens.1 = (s.tokens.1 + secs * l.bytes_per_second as f64).min(l.bytes_per_second as f64);
-        let fits = s.call_lines < l.lines_per_call
-            && s.call_bytes + len <= l.bytes_per_call
+        let fits = call.lines < l.lines_per_call
+            && call.bytes + len <= l.bytes_per_call
             && s.tokens.0 >= 1.0
             && s.tokens.1 >= len as f64;
         if fits {
-            s.call_lines += 1;
-            s.call_bytes += len;
+            call.lines += 1;
+            call.bytes += len;
             s.tokens.0 -= 1.0;
             s.tokens.1 -= len as f64;
         } else {
@@ -136,7 +143,7 @@ impl LogBudget {
 
     /// Says, at most once a second, how much was dropped since last said.
     pub fn report_dropped(&self, plugin: &str) {
-        let mut s = self.state.lock();
+        let mut s = self.rate.lock();
         if s.dropped.0 == 0 || s.reported.is_some_and(|t| t.elapsed() < REPORT_EVERY) {
             return;
         }
@@ -222,5 +229,21 @@ mod tests {
         }
         // Three from the burst, and perhaps one refilled while looping.
         assert!((3..=4).contains(&admitted), "{admitted}");
+    }
+
+    /// A controller makes a fresh instance after every trap, and runs one
+    /// per worker: they all draw on one per-second budget, each with a
+    /// per-call budget of its own.
+    #[test]
+    fn another_instance_shares_the_per_second_budget_not_the_call() {
+        let stats = PluginStats::default();
+        let limits = LogLimits { lines_per_call: 2, lines_per_second: 3, ..LogLimits::default() };
+        let first = LogBudget::new(limits);
+        let second = first.another_instance();
+        assert!(first.admit(1, &stats) && first.admit(1, &stats));
+        assert!(!first.admit(1, &stats), "the first call has logged its two lines");
+        assert!(second.admit(1, &stats), "the second instance's call has its own two");
+        let third = second.another_instance();
+        assert!(!third.admit(1, &stats), "but the three lines of the second are spent, for every instance");
     }
 }

@@ -32,6 +32,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cluster::{Cause, ClusterWriter, Target, WriteError, WriteParams, WriteRequest};
+use crate::plugin::sanitize;
 use crate::workqueue::TokenBucket;
 
 /// One rule of what a plugin may write. An empty list matches nothing; `*`
@@ -202,16 +203,20 @@ impl WriteGuard {
             tracing::warn!(plugin = %plugin, tenant, verb, "write refused: {e}");
             return Err(e);
         }
+        // A guest's names may hold newlines: logged as they are, one would
+        // forge a host log line (in the text format), say in another
+        // tenant's name. Logs show them escaped.
+        let shown = sanitize(&target.to_string(), 1024).into_owned();
         if let Some(why) = self.refusal(&request, &target) {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(plugin = %plugin, tenant, verb, object = %target, "write refused: {why}");
+            tracing::warn!(plugin = %plugin, tenant, verb, object = %shown, "write refused: {}", sanitize(&why, 4096));
             return Err(WriteError::Forbidden(why));
         }
         // A call already past its deadline sends nothing: the request could
         // leave, and the server act on it, with no one left to hear back.
         if timeout.is_zero() {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(plugin = %plugin, tenant, verb, object = %target, "write refused: {bound} has passed");
+            tracing::warn!(plugin = %plugin, tenant, verb, object = %shown, "write refused: {bound} has passed");
             return Err(WriteError::Timeout(format!("{verb} {target}: not sent, {bound} has passed")));
         }
         let wait = self.bucket.reserve();
@@ -221,7 +226,7 @@ impl WriteGuard {
                 "plugin {plugin} is over its {} writes per second (burst {}): the next slot is in {wait:?}",
                 self.config.qps, self.config.burst
             );
-            tracing::warn!(plugin = %plugin, tenant, verb, object = %target, "write refused: {message}");
+            tracing::warn!(plugin = %plugin, tenant, verb, object = %shown, "write refused: {}", sanitize(&message, 4096));
             return Err(WriteError::RateLimited { message, retry_after_seconds: Some(wait.as_secs().max(1)) });
         }
         // Only a real wait goes through the timer: a zero sleep still waits
@@ -246,7 +251,7 @@ impl WriteGuard {
         match &answer {
             Ok(_) if self.config.dry_run => {
                 self.stats.dry_run.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(plugin = %plugin, tenant, verb, object = %target, ?latency, "dry run: would {verb} {target}{summary}");
+                tracing::info!(plugin = %plugin, tenant, verb, object = %shown, ?latency, "dry run: would {verb} {shown}{summary}");
             }
             Ok(written) => {
                 self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -258,11 +263,11 @@ impl WriteGuard {
                     .and_then(|o| o.pointer("/metadata/resourceVersion"))
                     .and_then(Value::as_str)
                     .unwrap_or("");
-                tracing::info!(plugin = %plugin, tenant, verb, object = %target, rv, ?latency, "write: {verb} {target}");
+                tracing::info!(plugin = %plugin, tenant, verb, object = %shown, rv, ?latency, "write: {verb} {shown}");
             }
             Err(e) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(plugin = %plugin, tenant, verb, object = %target, ?latency, "write failed: {e}");
+                tracing::warn!(plugin = %plugin, tenant, verb, object = %shown, ?latency, "write failed: {}", sanitize(&e.to_string(), 4096));
             }
         }
         answer

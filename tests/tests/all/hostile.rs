@@ -454,6 +454,42 @@ fn a_log_flood_is_cut_to_the_per_call_budget_and_the_drops_counted() {
     assert_cut(&flood);
 }
 
+/// A controller's write names are the guest's: a name with a newline must
+/// not become a second line of the host's log (in its text format) saying
+/// whatever the guest likes, about whichever tenant.
+#[tokio::test]
+async fn a_write_target_cannot_forge_a_host_log_line() {
+    use informer_host::cluster::embedded::EmbeddedCluster;
+    use informer_host::cluster::{Patch, Target, WriteRequest};
+    use informer_host::controller::{GuardConfig, WriteGuard, WriteRule};
+    traced::init();
+    let rule = WriteRule {
+        api_groups: vec!["".into()],
+        kinds: vec!["ConfigMap".into()],
+        verbs: vec!["patch".into()],
+        names: vec![],
+    };
+    let guard = WriteGuard::new(
+        GuardConfig { rules: vec![rule], ..GuardConfig::new("forger") },
+        EmbeddedCluster::in_memory().writer(),
+    );
+    let name = "x\nINFO plugin=victim tenant=b write: delete everything";
+    let escaped = name.replace('\n', "\\n");
+    for kind in ["ConfigMap", "Secret"] {
+        let target =
+            Target { api_version: "v1".into(), kind: kind.into(), namespace: Some("ns".into()), name: name.into() };
+        let patch = WriteRequest::Patch { target, patch: Patch::Merge(json!({})) };
+        assert!(guard.write(patch).await.is_err(), "no such object ({kind}), or not allowed (Secret)");
+    }
+    let lines = traced::lines(|l| l.field("plugin") == Some("forger"));
+    assert_eq!(lines.len(), 2, "a failed write and a refused one: {lines:?}");
+    for line in &lines {
+        let text = format!("{} {:?}", line.message, line.fields);
+        assert!(!line.message.contains('\n'), "{text}");
+        assert!(line.field("object").is_some_and(|o| o.contains(&escaped) && !o.contains('\n')), "{text}");
+    }
+}
+
 /// The lines the host's log got from a plugin's stderr.
 fn stderr_lines(plugin: &str) -> Vec<traced::Line> {
     traced::lines(|l| l.field("plugin") == Some(plugin) && l.message.starts_with("stderr: "))

@@ -235,6 +235,28 @@ async fn test_no_queue_drainage_using_shut_down() {
     assert_eq!(q.get().await, None);
 }
 
+/// Ours: a stop that hands the backlog on. Every key not yet handed out
+/// comes back in order, a key added again while in flight among them, and
+/// workers get nothing more: finishing what they hold queues nothing.
+#[tokio::test(start_paused = true)]
+async fn shut_down_taking_queued_hands_back_what_no_worker_took() {
+    let metrics = InMemoryMetrics::new();
+    let q = Queue::with_config(QueueConfig::named("taken", metrics.clone()));
+    for k in ["a", "b", "c"] {
+        q.add(k);
+    }
+    assert_eq!(q.get().await, Some("a"));
+    q.add("a");
+    assert_eq!(q.shut_down_taking_queued(), ["b", "c", "a"]);
+    assert!(q.shutting_down());
+    assert_eq!(q.get().await, None, "nothing is handed out after the take");
+    q.done(&"a");
+    assert_eq!((q.len(), q.get().await), (0, None), "done does not queue the taken key again");
+    q.add("d");
+    assert_eq!(q.shut_down_taking_queued(), Vec::<&str>::new(), "adds after the shutdown are ignored");
+    assert_eq!(metrics.snapshot("taken").unwrap().depth, 0.0, "the taken keys left the depth gauge");
+}
+
 #[tokio::test(start_paused = true)]
 async fn test_force_queue_shutdown_using_shut_down() {
     let q = Arc::new(Queue::new());

@@ -1,6 +1,6 @@
 //! The config's controllers as the program runs them: each started once
 //! the informers run, writing to the source of its primary informer, and
-//! stopped (drained) at shutdown before the informers stop.
+//! stopped (in-flight reconciles finish) at shutdown before the informers stop.
 //!
 //! This module owns, for each `[[controller]]`:
 //!
@@ -17,7 +17,7 @@
 //! - its log lines, in a `controller{name=...}` span.
 //!
 //! SIGHUP reloads them ([`Controllers::reload`]): an added controller
-//! starts, a removed one stops (drained), and one whose settings, tenant or
+//! starts, a removed one stops (in-flight reconciles finish), and one whose settings, tenant or
 //! wasm file changed is replaced with nothing lost
 //! ([`ControllerRunner::take_over`]): the new version is loaded and queues
 //! every key while the old one still runs; if it does not load, the old one

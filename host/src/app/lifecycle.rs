@@ -11,7 +11,7 @@
 //! handled its initial list. The controllers start after the informers,
 //! in the background too ([`super::controllers`]), and count as not ready
 //! until they started and their informers synced. On SIGINT/SIGTERM the
-//! controllers drain first, then the informers stop,
+//! controllers stop first (in-flight reconciles finish), then the informers stop,
 //! in-flight calls get a grace period, and the servers stop; SIGHUP
 //! meanwhile re-reads the config ([`super::reload`]).
 

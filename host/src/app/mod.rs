@@ -21,7 +21,8 @@
 //! - `controllers`: the config's controllers, started once the informers
 //!   run, each writing to its primary informer's source (the embedded
 //!   cluster of a manifests directory, or the API server), counted by
-//!   `/readyz` until their informers synced, and drained at shutdown.
+//!   `/readyz` until their informers synced, and stopped at shutdown after
+//!   their in-flight reconciles.
 //! - `reload`: SIGHUP re-reads the config and applies the difference to
 //!   the plugins.
 //! - `watch`: a plugin with `watch = true` is swapped when its wasm file

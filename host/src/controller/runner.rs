@@ -122,7 +122,7 @@ pub struct ControllerRunner {
     registrations: Vec<(SharedIndexInformer, Registration)>,
     ctx: Arc<ControllerCtx>,
     /// Keys whose reconcile asked for another (a failure, a requeue-after)
-    /// while the queue was draining, with when.
+    /// while the queue was shutting down, with when.
     leftover: Leftover,
     /// `max_concurrent_reconciles`: how many workers [`ControllerRunner::run`]
     /// starts.
@@ -315,19 +315,23 @@ impl ControllerRunner {
 
     /// Replaces `old` by `self` (prepared, not running) with nothing lost
     /// and no key reconciled by both: `self`'s handlers already queue every
-    /// key; `old` stops (its queued keys are reconciled by it, as a drain
-    /// does), then the keys it held back for a delay (a requeue-after, a
-    /// backoff) are handed over with their deadlines, and `self`'s workers
-    /// start. Keys changed while both were registered are reconciled by
-    /// both versions, one after the other: harmless for a level-driven
-    /// controller, and nothing is missed.
+    /// key; `old` stops (its in-flight reconciles finish), then the keys it
+    /// still had queued (those its guest enqueued too) and those it held
+    /// back for a delay (a requeue-after, a backoff) are handed over, the
+    /// latter with their deadlines, and `self`'s workers start. Keys
+    /// changed while both were registered are reconciled by both versions,
+    /// one after the other: harmless for a level-driven controller, and
+    /// nothing is missed.
     pub async fn take_over(&mut self, old: ControllerRunner) {
         let mut waiting = old.queue.waiting();
         let leftover = old.leftover.clone();
-        old.stop().await;
+        let queued = old.stop_taking_queued().await;
         waiting.append(&mut leftover.lock());
         let now = tokio::time::Instant::now();
-        let n = waiting.len();
+        let n = queued.len() + waiting.len();
+        for key in queued {
+            self.queue.add(key);
+        }
         for (key, at) in waiting {
             self.queue.add_after(key, at.saturating_duration_since(now));
         }
@@ -374,17 +378,28 @@ impl ControllerRunner {
         self.registrations.iter().all(|(_, r)| r.has_synced())
     }
 
-    /// Stops feeding the queue, lets in-flight reconciles finish (client-go's
-    /// `ShutDownWithDrain`), and stops the workers.
+    /// Stops feeding the queue, lets in-flight reconciles finish (each
+    /// within its deadline), and stops the workers. Keys still queued are
+    /// not reconciled: a controller that is removed, replaced or handed to
+    /// another replica no longer owns them, and a backlog (up to the
+    /// queue's 100 000 keys, a deadline each) would keep it running, and
+    /// writing, long after. Level-driven, nothing is lost: a successor, or
+    /// the next start, lists every object again.
     pub async fn stop(self) {
+        self.stop_taking_queued().await;
+    }
+
+    /// [`stop`](Self::stop), answering the keys that were still queued.
+    async fn stop_taking_queued(self) -> Vec<String> {
         for (informer, reg) in &self.registrations {
             let _ = informer.remove_event_handler(reg);
         }
-        self.queue.shut_down_with_drain().await;
+        let queued = self.queue.shut_down_taking_queued();
         for w in self.workers {
             let _ = w.await;
         }
-        tracing::info!(plugin = %self.name, "controller stopped");
+        tracing::info!(plugin = %self.name, not_reconciled = queued.len(), "controller stopped");
+        queued
     }
 }
 
@@ -415,7 +430,7 @@ async fn worker(
     leftover: Leftover,
 ) {
     let mut instance: Option<ControllerInstance> = None;
-    // While the queue drains it takes no more adds: what a reconcile asks
+    // While the queue shuts down it takes no more adds: what a reconcile asks
     // for then is kept for a successor (see `take_over`).
     let requeue = |key: String, after: std::time::Duration| {
         if queue.shutting_down() {

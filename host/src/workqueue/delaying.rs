@@ -217,6 +217,14 @@ impl<K: Key> DelayingQueue<K> {
         self.wake.notify_one();
     }
 
+    /// See [`Queue::shut_down_taking_queued`]; keys waiting for a deadline
+    /// are dropped (read them first with [`DelayingQueue::waiting`]).
+    pub fn shut_down_taking_queued(&self) -> Vec<K> {
+        let taken = self.shared.queue.shut_down_taking_queued();
+        self.wake.notify_one();
+        taken
+    }
+
     /// See [`Queue::shut_down_with_drain`]; keys waiting for a deadline
     /// are dropped.
     pub async fn shut_down_with_drain(&self) {

@@ -140,6 +140,13 @@ impl<K: Key> QueueMetrics<K> {
         }
     }
 
+    /// `item` left the queue without being processed.
+    pub(crate) fn taken(&mut self, item: &K) {
+        let Some(m) = &mut self.inner else { return };
+        m.depth.dec();
+        m.add_times.remove(item);
+    }
+
     pub(crate) fn done(&mut self, item: &K) {
         let Some(m) = &mut self.inner else { return };
         if let Some(start) = m.processing_start_times.remove(item) {

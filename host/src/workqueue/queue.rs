@@ -226,6 +226,38 @@ impl<K: Key> Queue<K> {
         self.shared.processing_changed.notify_waiters();
     }
 
+    /// As [`Queue::shutdown`], and takes out every key that was still to be
+    /// handed out, in order: the keys queued, and those added again while
+    /// being processed (which `done` would queue). Workers get nothing
+    /// more and finish only what they hold. Not in client-go, whose
+    /// `ShutDown` still hands out what is queued: the host's way to stop a
+    /// controller without reconciling a backlog it no longer owns (its
+    /// successor gets the keys, or, for a removed controller, no one).
+    pub fn shut_down_taking_queued(&self) -> Vec<K> {
+        let taken = {
+            let mut st = self.shared.state.lock();
+            st.drain = false;
+            st.shutting_down = true;
+            let st = &mut *st;
+            let mut taken: Vec<K> = st.queue.drain(..).collect();
+            for k in &taken {
+                st.dirty.remove(k);
+                st.metrics.taken(k);
+            }
+            let again: Vec<K> = st.dirty.iter().filter(|k| st.processing.contains(*k)).cloned().collect();
+            for k in &again {
+                // Counted in the depth when added (as client-go counts it).
+                st.dirty.remove(k);
+                st.metrics.taken(k);
+            }
+            taken.extend(again);
+            taken
+        };
+        self.shared.item_ready.notify_waiters();
+        self.shared.processing_changed.notify_waiters();
+        taken
+    }
+
     /// As [`Queue::shutdown`], then waits until no key is being processed:
     /// every worker must call `done` for what it holds, or this waits
     /// forever (unless `shutdown` is called meanwhile).

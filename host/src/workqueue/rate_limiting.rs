@@ -120,6 +120,11 @@ impl<K: Key> RateLimitingQueue<K> {
         self.queue.shutdown();
     }
 
+    /// See [`DelayingQueue::shut_down_taking_queued`].
+    pub fn shut_down_taking_queued(&self) -> Vec<K> {
+        self.queue.shut_down_taking_queued()
+    }
+
     /// See [`DelayingQueue::shut_down_with_drain`].
     pub async fn shut_down_with_drain(&self) {
         self.queue.shut_down_with_drain().await;

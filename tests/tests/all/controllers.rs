@@ -417,6 +417,38 @@ async fn a_new_version_takes_over_the_keys_waiting_for_a_delay_and_the_old_one_s
     s.run.stop().await;
 }
 
+/// A version that is replaced (or removed) stops after its in-flight
+/// reconcile: it does not work through its backlog first, which a hostile
+/// controller could make last hours (up to 100 000 keys, a deadline each).
+/// What it still had queued, keys its guest enqueued included, goes to the
+/// new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_version_stops_after_its_in_flight_reconcile_and_hands_over_its_backlog() {
+    let s = Setup::new(&[("a", "start")]);
+    // Each reconcile creates a ConfigMap named after its key in `out`, and
+    // every create takes 100 ms: the twenty keys the first one enqueues
+    // are a two-second backlog.
+    *s.cluster.latency.lock() = Duration::from_millis(100);
+    let flood = json!({"write_to": "out", "flood": {"key": "a/start", "count": 20, "key_bytes": 10}});
+    let old = s.start(flood, guard("v1"), None);
+    eventually("the flood", || s.log.count("flooded a/start") == 1).await;
+    let mut next = s.prepare(json!({"write_to": "out"}), guard("v2"), None);
+    next.take_over(old).await;
+    let flooded = || s.log.lines().into_iter().filter(|l| l.starts_with("reconcile flood-")).count();
+    // The old version's in-flight reconcile, perhaps one more taken before
+    // the stop, and perhaps the new version's first: not the backlog.
+    assert!(flooded() <= 4, "{} of the 20 queued keys were reconciled during the take-over", flooded());
+    eventually("every enqueued key reconciled by v2", || {
+        (0..20).all(|i| {
+            let name = format!("flood-{i}-");
+            s.src.get(&format!("out/{name}{}", "x".repeat(10 - name.len()))).is_some()
+        })
+    })
+    .await;
+    next.stop().await;
+    s.run.stop().await;
+}
+
 /// A memory source whose first list answers only after `delay`: an
 /// informer that is slow to sync, as one over a large or distant
 /// collection is.

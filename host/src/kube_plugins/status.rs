@@ -84,7 +84,28 @@ pub fn changed(old: Option<&PluginStatus>, new: &PluginStatus) -> bool {
 
 /// Writes `status` with a merge patch of the status subresource.
 pub async fn write(api: &Api<Plugin>, name: &str, status: &PluginStatus) -> Result<(), kube::Error> {
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await.map(drop)
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(merge_patch(status))).await.map(drop)
+}
+
+/// The merge patch that makes the stored status `status`. A merge patch
+/// leaves a key it does not name as it is (RFC 7386), so each field
+/// `status` leaves out is sent as `null`, which removes it: a plugin
+/// refused or unloaded must not keep showing the digest and counters of
+/// the version it ran before.
+fn merge_patch(status: &PluginStatus) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
+    let absent_is_null = |v: &mut serde_json::Value, keys: &[&str]| {
+        if let Some(map) = v.as_object_mut() {
+            for key in keys {
+                map.entry(*key).or_insert(serde_json::Value::Null);
+            }
+        }
+    };
+    absent_is_null(&mut value, &["conditions", "observedGeneration", "digest", "replica", "counters"]);
+    if let Some(counters) = value.get_mut("counters").filter(|c| c.is_object()) {
+        absent_is_null(counters, &["writes", "refusedWrites"]);
+    }
+    json!({ "status": value })
 }
 
 /// Condition messages are at most 32 KiB (the API's limit); a longer one
@@ -133,6 +154,38 @@ mod tests {
         // A new status is a transition.
         let up = build(Some(&aged), &report(Observed::yes("Loaded", "")));
         assert_ne!(up.conditions.iter().find(|c| c.type_ == "Ready").unwrap().last_transition_time, t0);
+    }
+
+    /// What the API server stores after the patch, for a status that had
+    /// every field and one that has none of the optional ones.
+    #[test]
+    fn the_status_patch_clears_what_the_new_status_leaves_out() {
+        use crate::kube_plugins::crd::PluginCounters;
+        let counters = PluginCounters { delivered: 3, writes: Some(2), refused_writes: Some(1), ..Default::default() };
+        let full = PluginStatus {
+            digest: Some("sha256:aa".into()),
+            replica: Some("r-0".into()),
+            counters: Some(counters),
+            ..build(None, &report(Observed::yes("Loaded", "")))
+        };
+        let stored = serde_json::to_value(&full).unwrap();
+        let apply = |stored: &serde_json::Value, status: &PluginStatus| {
+            let mut object = json!({ "status": stored });
+            crate::cluster::embedded::patch::merge_patch(&mut object, &merge_patch(status));
+            serde_json::from_value::<PluginStatus>(object["status"].take()).unwrap()
+        };
+        // Refused: no digest, replica or counters any more.
+        // As stored: times in whole seconds.
+        let stored_as =
+            |s: &PluginStatus| serde_json::from_value::<PluginStatus>(serde_json::to_value(s).unwrap()).unwrap();
+        let refused =
+            PluginStatus { observed_generation: None, ..build(None, &report(Observed::no("Refused", "over"))) };
+        assert_eq!(apply(&stored, &refused), stored_as(&refused));
+        // A handler that was a controller: its counters lose the writes.
+        let handler =
+            PluginStatus { counters: Some(PluginCounters { delivered: 4, ..Default::default() }), ..full.clone() };
+        assert_eq!(apply(&stored, &handler), stored_as(&handler));
+        assert_eq!(apply(&stored, &full), stored_as(&full));
     }
 
     #[test]

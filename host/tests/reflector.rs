@@ -553,3 +553,62 @@ async fn test_reflector_logs_one_line_per_retried_failure() {
     stop.cancel();
     run.await.unwrap();
 }
+
+/// A [`Scripted`] source that also has a watch-list, whose streams end at
+/// once: no object and no initial-events-end bookmark, as a connection
+/// dropped before the initial state (or a server ignoring
+/// `sendInitialEvents`) ends.
+#[derive(Clone)]
+struct WatchListEndsEarly {
+    lw: Scripted,
+    asked: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ListerWatcher for WatchListEndsEarly {
+    fn list(&self) -> BoxFuture<'_, Result<ListResult, SourceError>> {
+        self.lw.list()
+    }
+    fn watch(&self, resource_version: &str) -> BoxFuture<'_, Result<WatchStream, SourceError>> {
+        self.lw.watch(resource_version)
+    }
+    fn watch_list(&self) -> Option<BoxFuture<'_, Result<WatchStream, SourceError>>> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(Box::pin(async { Ok(Box::pin(futures::stream::empty()) as WatchStream) }))
+    }
+    fn describe(&self) -> String {
+        "memory with watch-list".into()
+    }
+}
+
+/// Ours (client-go falls back per attempt and never stops asking): a
+/// watch-list whose stream ends before its initial state lists that time
+/// and is asked for again at the next relist; the third in a row is taken
+/// for a server that ignores `sendInitialEvents`, and not asked again.
+#[tokio::test(start_paused = true)]
+async fn a_watch_list_ending_early_is_asked_again_until_it_did_three_times_in_a_row() {
+    let source = MemorySource::new();
+    source.apply(pod("a", 1)).unwrap();
+    let lw = Scripted::new(&source);
+    // Every watch is Gone: each forces a relist.
+    for _ in 0..4 {
+        lw.then(Step::Refuse(gone()));
+    }
+    let ends_early = WatchListEndsEarly { lw: lw.clone(), asked: Arc::default() };
+    let informer =
+        SharedIndexInformer::new(ends_early.clone(), InformerOptions { name: "test".into(), ..Default::default() });
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).unwrap();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn({
+        let (informer, stop) = (informer.clone(), stop.clone());
+        async move { informer.run(stop).await }
+    });
+    settle_ms(60_000).await;
+    assert!(informer.has_synced());
+    assert_eq!(ends_early.asked.load(std::sync::atomic::Ordering::Relaxed), 3, "asked until the third in a row");
+    assert_eq!(lw.lists(), 5, "the initial list and four relists, each a list");
+    // Each relist replaces the cache: an update of the same version.
+    assert_eq!(rec.lines(), ["add a@1 initial", "update a 1->1", "update a 1->1", "update a 1->1", "update a 1->1"]);
+    stop.cancel();
+    run.await.unwrap();
+}

@@ -41,7 +41,13 @@ pub enum WatchEvent {
 /// |----------------------------|--------------------------------------------|----------------------|
 /// | [`SourceError::Gone`]      | relist                                     | back off, list again |
 /// | [`SourceError::Retriable`] | back off, watch again from the same rv     | back off, list again |
+/// | [`SourceError::Refused`]   | back off, relist                           | back off, list again |
 /// | [`SourceError::Other`]     | back off, relist                           | back off, list again |
+///
+/// `Refused` differs from `Other` only for a watch-list: a server that
+/// refuses one does not serve it, and is listed from then on; any other
+/// failure of a watch-list lists this time and asks again at the next
+/// relist (client-go falls back per attempt).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SourceError {
     /// `410 Gone`: the resourceVersion is older than the server keeps.
@@ -55,6 +61,11 @@ pub enum SourceError {
     /// the least time to wait, when it sent one.
     #[error("{message}")]
     Retriable { message: String, retry_after: Option<Duration> },
+    /// The server answered with a client error other than `410` and `429`
+    /// (`400`, `403`, `404`, `422`…): it understood the request and will
+    /// not serve it as asked.
+    #[error("{0}")]
+    Refused(String),
     /// Any other failure; the reflector backs off and relists.
     #[error("{0}")]
     Other(String),
@@ -75,6 +86,10 @@ impl SourceError {
     /// resourceVersion rather than relisting.
     pub fn is_retriable(&self) -> bool {
         matches!(self, SourceError::Retriable { .. })
+    }
+    /// Whether the server refused the request (see [`SourceError::Refused`]).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, SourceError::Refused(_))
     }
     /// The server's `Retry-After`, if it sent one.
     pub fn retry_after(&self) -> Option<Duration> {

@@ -120,9 +120,22 @@ pub(crate) struct Reflector<Q: Queue> {
     pub last_sync_resource_version: Arc<Mutex<String>>,
     pub on_error: WatchErrorHandler,
     pub stats: Arc<ReflectorStats>,
-    /// Set once the server refused the source's watch-list: it lists from then on.
+    /// Set once the server refused the source's watch-list (or ended it
+    /// before its initial state [`WATCH_LIST_ENDED_EARLY`] times in a row):
+    /// it lists from then on.
     pub watch_list_failed: std::sync::atomic::AtomicBool,
+    /// Watch-lists in a row whose stream ended before the initial-events-end
+    /// bookmark.
+    pub watch_list_ended_early: std::sync::atomic::AtomicU32,
 }
+
+/// How many watch-lists in a row may end before their initial state before
+/// the reflector stops asking. One is a dropped connection (an API server
+/// restarting, a load balancer's idle timeout): the next relist asks again,
+/// as client-go does. Several are a server that ignores `sendInitialEvents`
+/// (older than 1.27), which streams no bookmark and ends the watch only at
+/// its timeout, minutes on, every time.
+pub const WATCH_LIST_ENDED_EARLY: u32 = 3;
 
 /// What `list_and_watch` ended with, and why.
 enum Next {
@@ -228,20 +241,22 @@ impl<Q: Queue + 'static> Reflector<Q> {
         let opened = self.lw.watch_list()?.await;
         let failed = |e: &dyn std::fmt::Display, refused: bool| {
             if refused {
-                // Refused by the server: lists from now on, as a server
-                // without watch-list would refuse every relist's attempt.
+                // Refused by the server (a 4xx: no watch-list there, or not
+                // for this client): lists from now on, as every relist's
+                // attempt would be refused again.
                 self.watch_list_failed.store(true, Ordering::Relaxed);
                 tracing::warn!(informer = %self.name, "watch-list refused, listing instead from now on: {e}");
             } else {
-                // A connection refused, a 429: this attempt lists; the
-                // next relist tries watch-list again.
+                // A connection refused, a 429, a 5xx, a dropped stream:
+                // this attempt lists; the next relist tries watch-list
+                // again (client-go's `fallbackToList` is per attempt).
                 tracing::info!(informer = %self.name, "watch-list failed, listing instead this time: {e}");
             }
             None
         };
         let mut stream = match opened {
             Ok(s) => s,
-            Err(e) => return failed(&e, !e.is_retriable()),
+            Err(e) => return failed(&e, e.is_refused()),
         };
         // Keyed, in arrival order: an object changed before the end is
         // listed once, in its latest state.
@@ -263,17 +278,19 @@ impl<Q: Queue + 'static> Reflector<Q> {
                     }
                 }
                 Ok(WatchEvent::Bookmark { resource_version, initial_events_end: true }) => {
+                    self.watch_list_ended_early.store(0, Ordering::Relaxed);
                     return Some((ListResult { items: order, resource_version }, stream));
                 }
                 Ok(WatchEvent::Bookmark { .. }) => {}
-                Err(e) => return failed(&e, !e.is_retriable()),
+                Err(e) => return failed(&e, e.is_refused()),
             }
             tokio::task::coop::consume_budget().await;
         }
-        // Refused, too: a server that ignores `sendInitialEvents` streams
-        // no bookmark and ends the watch only at its timeout, minutes on;
-        // asking again at every relist would wait that long each time.
-        failed(&"the stream ended before the initial-events-end bookmark", true)
+        let in_a_row = self.watch_list_ended_early.fetch_add(1, Ordering::Relaxed) + 1;
+        failed(
+            &format_args!("the stream ended before the initial-events-end bookmark ({in_a_row} in a row)"),
+            in_a_row >= WATCH_LIST_ENDED_EARLY,
+        )
     }
 
     async fn list_and_watch(&self, backoff: &mut dyn Backoff) -> Next {

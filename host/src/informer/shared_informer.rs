@@ -391,6 +391,7 @@ impl SharedIndexInformer {
             on_error,
             stats: inner.reflector_stats.clone(),
             watch_list_failed: Default::default(),
+            watch_list_ended_early: Default::default(),
         };
         // What the list and watch requests log underneath (the kube client's
         // own lines about a refused connection, say) names the informer too.

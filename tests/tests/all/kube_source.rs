@@ -908,6 +908,30 @@ async fn a_server_refusing_watch_list_is_listed_instead() {
     assert_eq!(asked, 1);
 }
 
+/// A watch-list that fails with a server error (a 500 from a struggling API
+/// server) is listed this time and asked for again at the next relist,
+/// as client-go falls back per attempt; only a refusal (`4xx`) stops the
+/// asking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_list_failing_with_a_server_error_is_asked_for_again_at_the_next_relist() {
+    let server = ApiServer::start().await;
+    server.create(config_map("ns", "a", &[], &[])).unwrap();
+    server.fail_next_where(|r| r.param("sendInitialEvents") == Some("true"), 500);
+    let h = Harness::synced(&server, config_maps(), KubeSourceOptions::default()).await;
+    assert_eq!(server.lists().len(), 1, "this attempt listed");
+    assert!(h.errors().is_empty(), "the fallback is not a watch error: {:?}", h.errors());
+    // A 410 forces a relist: a watch-list again, not a list.
+    server.create(config_map("ns", "b", &[], &[])).unwrap();
+    h.wait_for(2).await;
+    server.compact();
+    assert_eq!(server.expire_watches(), 1);
+    let asked = || server.watches().into_iter().filter(|w| w.param("sendInitialEvents") == Some("true")).count();
+    eventually("a second watch-list", || asked() == 2).await;
+    server.create(config_map("ns", "c", &[], &[])).unwrap();
+    h.wait_for(3).await;
+    assert_eq!(server.lists().len(), 1, "the relist did not list: {:?}", server.lists());
+}
+
 /// A watch-list that fails for the network (connections refused), not
 /// because the server refused it, is tried again: the informer syncs through
 /// a watch-list once the server is back, never listing.

@@ -15,8 +15,8 @@ use crate::informer::SourceError;
 impl Meta {
     /// A failure the server answered with: `410` is [`SourceError::Gone`];
     /// `429` is [`SourceError::Retriable`] after `Retry-After` (the header,
-    /// else `details.retryAfterSeconds`); anything else is
-    /// [`SourceError::Other`].
+    /// else `details.retryAfterSeconds`); another `4xx` is
+    /// [`SourceError::Refused`]; anything else is [`SourceError::Other`].
     pub(super) fn status(
         &self,
         verb: &str,
@@ -38,6 +38,9 @@ impl Meta {
             let details = s.details.as_ref().map(|d| d.retry_after_seconds).filter(|s| *s > 0);
             let retry_after = retry_after.or(details.map(|s| Duration::from_secs(s.into())));
             return SourceError::Retriable { message, retry_after };
+        }
+        if (400..500).contains(&s.code) {
+            return SourceError::Refused(message);
         }
         SourceError::Other(message)
     }
@@ -62,10 +65,15 @@ impl Meta {
             Ok(body) => body,
             Err(e) => return self.other(verb, e),
         };
-        let status = serde_json::from_slice::<Status>(&body).unwrap_or_else(|_| {
+        let mut status = serde_json::from_slice::<Status>(&body).unwrap_or_else(|_| {
             let text = String::from_utf8_lossy(&body);
             Status::failure(text.trim(), "").with_code(code)
         });
+        // Any JSON parses as a Status (every field has a default): a proxy's
+        // JSON error page has no `code`, and the response's is the truth.
+        if status.code == 0 {
+            status.code = code;
+        }
         self.status(verb, resource_version, &status, retry_after)
     }
 

@@ -18,7 +18,8 @@
 //!   kind), skips it.
 //! - **watch-list** (the default, as client-go ≥ 1.35): the initial list
 //!   and relists are a watch with `sendInitialEvents=true`; the reflector
-//!   falls back to a paged list when the server refuses it.
+//!   falls back to a paged list for the attempt when it fails, and for good
+//!   when the server refuses it.
 //! - **list**: `ListParams` with kube-runtime's defaults (pages of 500,
 //!   [`ListSemantic::MostRecent`]), following `continue` tokens; when a token
 //!   expires (`410`) it restarts with one unpaged list, as client-go's pager
@@ -41,8 +42,11 @@
 //!     off at least that long and watches again from the same
 //!     resourceVersion, without a relist (client-go's
 //!     `isWatchErrorRetriable`);
-//!   - anything else is [`SourceError::Other`] with the verb, resource and
-//!     server message: the reflector backs off and relists;
+//!   - another client error (`4xx`) is [`SourceError::Refused`], anything
+//!     else [`SourceError::Other`], both with the verb, resource and server
+//!     message (and the response's code when its JSON body has none): the
+//!     reflector backs off and relists, and stops asking for a watch-list
+//!     only when one was refused;
 //!   - a connection that drops mid-stream (unexpected EOF, reset) or whose
 //!     read times out ends the stream normally, logged at `debug`, like
 //!     client-go's `StreamWatcher`, so the reflector re-watches from the

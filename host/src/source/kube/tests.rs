@@ -126,3 +126,27 @@ async fn backoff_is_kube_runtimes_default() {
     b.reset();
     assert!(b.next_delay() <= Duration::from_millis(1600));
 }
+
+/// A proxy in front of the API server may answer with JSON that is not a
+/// Status: the HTTP code still decides (a 429 is retried after its
+/// Retry-After), and a client error is a refusal, a server error is not.
+#[tokio::test]
+async fn an_answer_that_is_not_a_status_keeps_its_http_code() {
+    let meta = Meta { describe: "v1/ConfigMap".into(), api_version: "v1".into(), kind: "ConfigMap".into() };
+    let answer = |code: u16, body: &str| {
+        http::Response::builder()
+            .status(code)
+            .header("Retry-After", "4")
+            .body(::kube::client::Body::from(body.as_bytes().to_vec()))
+            .unwrap()
+    };
+    let e = meta.response_error("watch", "5", answer(429, r#"{"error":"slow down"}"#)).await;
+    assert!(e.is_retriable(), "{e:?}");
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(4)));
+    let e = meta.response_error("watch", "5", answer(403, r#"{"error":"denied by the proxy"}"#)).await;
+    assert!(e.is_refused() && e.to_string().ends_with("(code 403)"), "{e:?}");
+    let e = meta.response_error("watch", "5", answer(502, r#"{"error":"bad gateway"}"#)).await;
+    assert!(!e.is_refused() && !e.is_retriable(), "{e:?}");
+    let invalid = Status::failure("sendInitialEvents is forbidden", "Invalid").with_code(422);
+    assert!(meta.status("watch", "", &invalid, None).is_refused());
+}

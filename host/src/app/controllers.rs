@@ -63,7 +63,7 @@ pub(super) fn writer_for(
                 return Ok(w.clone());
             }
             let client = sources
-                .kube_client()
+                .kube_write_client()
                 .ok_or_else(|| format!("informer {:?} has no Kubernetes client", informer.name))?;
             let writer: Arc<dyn ClusterWriter> = Arc::new(KubeWriter::new(client));
             Ok(kube.insert(writer).clone())

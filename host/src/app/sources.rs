@@ -21,13 +21,16 @@ use super::KubeOptions;
 pub struct Sources {
     kube: KubeOptions,
     client: Option<::kube::Client>,
+    /// The same cluster and credentials without kube's transparent retries,
+    /// for controllers' writes (see [`Sources::kube_write_client`]).
+    write_client: Option<::kube::Client>,
     /// The embedded cluster of each manifests directory, by canonical path.
     embedded: HashMap<PathBuf, Arc<EmbeddedCluster>>,
 }
 
 impl Sources {
     pub fn new(kube: KubeOptions) -> Self {
-        Sources { kube, client: None, embedded: HashMap::new() }
+        Sources { kube, client: None, write_client: None, embedded: HashMap::new() }
     }
 
     /// The embedded cluster of a manifests directory, opened (read and
@@ -56,6 +59,16 @@ impl Sources {
         self.client.clone()
     }
 
+    /// A client of the same cluster for controllers' writes, once one was
+    /// opened: without kube's default retries, which send a POST or PATCH
+    /// again after a `503` or `504` although the server may have carried it
+    /// out (a JSON patch `add` would add twice; client-go retries only when
+    /// the server says `Retry-After`). The controller's workqueue retries,
+    /// with its backoff and the server's `Retry-After`.
+    pub fn kube_write_client(&self) -> Option<::kube::Client> {
+        self.write_client.clone()
+    }
+
     /// The shared Kubernetes client, made from the kubeconfig (or the
     /// in-cluster config) the first time it is asked for.
     pub async fn client(&mut self) -> Result<::kube::Client, String> {
@@ -65,7 +78,11 @@ impl Sources {
         let config = KubeSource::infer_config(self.kube.kubeconfig.as_deref(), self.kube.context.as_deref())
             .await
             .map_err(|e| e.to_string())?;
+        let mut write_config = config.clone();
+        write_config.default_retry = false;
         let client = ::kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
+        let writes = ::kube::Client::try_from(write_config).map_err(|e| format!("Kubernetes client: {e}"))?;
+        self.write_client = Some(writes);
         Ok(self.client.insert(client).clone())
     }
 

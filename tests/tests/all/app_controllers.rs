@@ -96,9 +96,21 @@ tenant = "shop"
 "#
     );
     let config = Config::parse(&text, "host.toml", dir).unwrap_or_else(|e| panic!("{e}"));
-    let opts =
-        RunOptions { kube: KubeOptions { kubeconfig: Some(kubeconfig), context: None }, ..RunOptions::default() };
+    let opts = RunOptions {
+        kube: KubeOptions { kubeconfig: Some(kubeconfig), context: None },
+        metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
+        ..RunOptions::default()
+    };
     App::start(&config, &opts).await.unwrap()
+}
+
+/// `informer_host_controller_writes_total` of the reloader with `outcome`.
+async fn writes(app: &App, outcome: &str) -> u64 {
+    let (_, text) = e2e::http_get(app.admin_addr.expect("metrics served"), "/metrics").await;
+    let series = format!(
+        "informer_host_controller_writes_total{{controller=\"reloader\",informer=\"deployments\",outcome=\"{outcome}\"}} "
+    );
+    text.lines().find_map(|l| l.strip_prefix(&series)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
 /// The PATCH requests the server has answered: the URIs of those that took
@@ -155,6 +167,30 @@ async fn the_reloader_writes_to_the_api_server_only_in_its_tenants_namespaces() 
     assert!(done.iter().all(|p| p.contains("/namespaces/shop/deployments/web")), "{done:#?}");
     assert!(done.iter().all(|p| p.contains("fieldManager=reloader")), "{done:#?}");
     assert_eq!(annotation("other", "app", On::Metadata), None, "another tenant's Deployment is never written");
+    app.shutdown().await;
+}
+
+/// A controller's write answered `504` is not sent again by the client
+/// (kube's default retry policy resends any method on 503 and 504, though
+/// the server may have carried the write out): the controller sees the
+/// failure and its workqueue retries, with the backoff it reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_answered_504_is_not_resent_by_the_client() {
+    let server = ApiServer::start().await;
+    server.create(config_map("shop", "web-config", &[], &[("A", "1")])).unwrap();
+    server.create(deployment("shop", "web", "web-config")).unwrap();
+    server.fail_next_where(|r| r.method == "PATCH", 504);
+    let dir = tempfile::tempdir().unwrap();
+    let app = start_reloader(&server, dir.path(), "", "").await;
+    eventually("the first-sight patch on the server", || stored_hash(&server, "shop", "web", On::Metadata).is_some())
+        .await;
+    answered(&server).await;
+    let (done, refused) = patches(&server);
+    assert_eq!((done.len(), refused.len()), (1, 1), "{done:#?} {refused:#?}");
+    assert_eq!(refused[0].1, 504);
+    // The controller saw the 504 (the client did not hide it by resending).
+    let (failed, succeeded) = (writes(&app, "failed").await, writes(&app, "succeeded").await);
+    assert_eq!((failed, succeeded), (1, 1));
     app.shutdown().await;
 }
 

@@ -4,10 +4,10 @@
 //! label values, never as series of their own.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use e2e::http_get;
 use informer_host::app::{App, RunOptions};
 use informer_host::config::Config;
 use informer_host::informer::{FnHandler, InformerOptions, Notification, SharedIndexInformer};
@@ -16,7 +16,6 @@ use informer_host::plugin::{CALL_BUCKETS, PluginInfo, PluginStats};
 use informer_host::source::MemorySource;
 use openmetrics_parser::openmetrics::parse_openmetrics;
 use openmetrics_parser::{MetricsExposition, OpenMetricsType, OpenMetricsValue};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type Exposition = MetricsExposition<OpenMetricsType, OpenMetricsValue>;
 
@@ -128,17 +127,6 @@ async fn hostile_names_stay_label_values_and_histograms_are_cumulative() {
     let want: Vec<f64> =
         (1..=CALL_BUCKETS.len() + 1).map(|k| (0..5_000).filter(|i| i % 11 < k).count() as f64).collect();
     assert_eq!(counts, want);
-}
-
-async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
 }
 
 /// A TOML basic string holding `s`.

@@ -245,17 +245,26 @@ async fn status_writes_go_to_the_status_subresource() {
     );
     assert_eq!(sent.param("fieldManager"), Some(MANAGER));
 
-    // ConfigMaps have no status subresource: the server's 404.
+    // ConfigMaps have no status subresource (discovery lists none): refused
+    // before sending, not the server's 404 for a route it does not have,
+    // which would read as "no such object".
     server.create(config_map("default", "app", &[], &[])).unwrap();
+    server.clear_requests();
     let no_status = write(
         &writer,
         WriteRequest::PatchStatus { target: cm_target("app"), patch: Patch::Merge(json!({"status": {}})) },
     )
     .await;
-    assert!(matches!(no_status, Err(WriteError::NotFound(_))), "{no_status:?}");
+    let Err(WriteError::BadRequest(why)) = no_status else { panic!("{no_status:?}") };
+    assert_eq!(why, "ConfigMap default/app: ConfigMap has no status subresource");
+    assert!(server.writes().is_empty(), "nothing was sent");
 
-    // That 404 named no object: the path itself is not served, so what
-    // discovery said about ConfigMaps is asked again on the next write.
+    // A 404 that names no object (the path itself is not served: a CRD
+    // deleted since discovery): what discovery said about ConfigMaps is
+    // asked again on the next write.
+    server.fail_next_where(|r| r.method == "PATCH", 404);
+    let gone = write(&writer, WriteRequest::Patch { target: cm_target("app"), patch: Patch::Merge(json!({})) }).await;
+    assert!(matches!(gone, Err(WriteError::NotFound(_))), "{gone:?}");
     let core_discoveries =
         || server.requests().iter().filter(|r| r.kind == RequestKind::Discovery && r.path == "/api/v1").count();
     let before = core_discoveries();

@@ -43,10 +43,19 @@ impl ResolvedKind {
         }
     }
 
-    /// The path of `target` itself, or of its `subresource`.
+    /// The path of `target` itself, or of its `subresource`. A subresource
+    /// discovery does not list is refused before sending: the server would
+    /// answer `404` for a route it does not have, which would read as "no
+    /// such object" (a status write to a ConfigMap, say).
     pub(super) fn item(&self, target: &Target, subresource: Option<&str>) -> Result<String, WriteError> {
         let mut path = format!("{}/{}", self.collection(target)?, path_segment(&target.name)?);
         if let Some(sub) = subresource {
+            if !self.subresources.iter().any(|s| s == sub) {
+                return Err(WriteError::BadRequest(format!(
+                    "{target}: {} has no {sub} subresource",
+                    self.resource.kind
+                )));
+            }
             path.push('/');
             path.push_str(sub);
         }

@@ -258,6 +258,11 @@ async fn status_writes_go_to_the_status_subresource() {
     let Err(WriteError::BadRequest(why)) = no_status else { panic!("{no_status:?}") };
     assert_eq!(why, "ConfigMap default/app: ConfigMap has no status subresource");
     assert!(server.writes().is_empty(), "nothing was sent");
+    // The embedded cluster answers the same.
+    let embedded = informer_host::cluster::embedded::EmbeddedCluster::in_memory();
+    embedded.write(WriteRequest::Create(config_map("default", "app", &[], &[])), params()).await.unwrap();
+    let status = WriteRequest::ReplaceStatus(config_map("default", "app", &[], &[]));
+    assert_eq!(embedded.write(status, params()).await, Err(WriteError::BadRequest(why)));
 
     // A 404 that names no object (the path itself is not served: a CRD
     // deleted since discovery): what discovery said about ConfigMaps is

@@ -19,7 +19,9 @@
 //!   Namespace starts `Active`), main writes keep the stored status,
 //!   `/status` writes change only status.
 //! - Well-known kinds without one ([`PLAIN_KINDS`]: ConfigMap, Secret,
-//!   RBAC kinds, Event, ...) treat `status` as ordinary content.
+//!   RBAC kinds, Event, ...) treat `status` as ordinary content, and a
+//!   write to their `/status` is a `BadRequest`, as the API writer answers
+//!   it.
 //! - Any other kind (a custom resource) has one exactly when the stored
 //!   object has a `status` field (a create keeps what it is given).
 //!
@@ -94,6 +96,18 @@ pub const NO_GENERATION_KINDS: &[(&str, &str)] = &[
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
     ("coordination.k8s.io", "Lease"),
 ];
+
+/// A write to the status of a well-known kind served without one
+/// ([`PLAIN_KINDS`]) is refused, as the API writer refuses a subresource
+/// discovery does not list (the server has no such route). Other kinds may
+/// have one (a custom resource's CRD decides), so they are not refused.
+pub fn check_status_subresource(target: &Target) -> Result<(), WriteError> {
+    let gk = (group_of(&target.api_version), target.kind.as_str());
+    if PLAIN_KINDS.iter().any(|(g, k)| (*g, *k) == gk) {
+        return Err(WriteError::BadRequest(format!("{target}: {} has no status subresource", target.kind)));
+    }
+    Ok(())
+}
 
 /// The API group of an apiVersion (`""` for the core group).
 pub fn group_of(api_version: &str) -> &str {

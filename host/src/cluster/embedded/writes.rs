@@ -97,6 +97,9 @@ pub(super) fn replace(
     now: &str,
 ) -> Result<Option<Value>, WriteError> {
     let target = Target::of(&obj)?;
+    if status {
+        semantics::check_status_subresource(&target)?;
+    }
     let key = target_key(&target);
     let old = st.get(&key).ok_or_else(|| semantics::not_found(&target.api_version, &target.kind, &target.name))?;
     let rules = KindRules::of(&target.api_version, &target.kind, Some(&old));
@@ -115,6 +118,9 @@ pub(super) fn patch(
     params: &WriteParams,
     now: &str,
 ) -> Result<Option<Value>, WriteError> {
+    if status {
+        semantics::check_status_subresource(target)?;
+    }
     let key = target_key(target);
     let old = st.get(&key);
     let not_found = || semantics::not_found(&target.api_version, &target.kind, &target.name);

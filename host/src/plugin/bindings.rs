@@ -13,7 +13,7 @@ use wasmtime::component::{Linker, Resource};
 use super::log_budget::sanitize;
 use super::metadata_list::MetadataList;
 use super::runtime::EPOCH_TICK;
-use super::sandbox::{HANDLE_COST, Sandbox};
+use super::sandbox::{HANDLE_COST, SCAN_COST, Sandbox};
 use crate::informer::ObjectRef;
 
 wasmtime::component::bindgen!({
@@ -29,6 +29,8 @@ wasmtime::component::bindgen!({
         "informer-host:plugin/types.[method]object.json": trappable,
         "informer-host:plugin/types.[method]object.pointer": trappable,
         "informer-host:plugin/types.[method]object.annotations": trappable,
+        "informer-host:plugin/types.[method]object.labels": trappable,
+        "informer-host:plugin/log": trappable,
     },
 });
 
@@ -89,6 +91,8 @@ pub type Budget = (u64, u64);
 pub struct Progress {
     /// The batch's objects, by slot.
     lent: Vec<Lent>,
+    /// Bytes of their metadata records: what `delivery.metadata` copies.
+    metadata_bytes: usize,
     /// How many items (notifications) the batch carries.
     items: u32,
     /// The item that called `begin` and not yet `done`.
@@ -118,6 +122,7 @@ impl Progress {
         let now = Instant::now();
         Progress {
             lent: Vec::new(),
+            metadata_bytes: 0,
             items: items as u32,
             begun: None,
             done: 0,
@@ -196,6 +201,7 @@ impl Progress {
     /// until it is taken out right after, as `WasmHandler` does with the
     /// batch it borrows. Nothing else reads `lent`.
     pub fn lend(&mut self, obj: &ObjectRef) {
+        self.metadata_bytes += obj.metadata_record().len();
         self.lent.push(Lent(obj));
     }
 
@@ -246,7 +252,13 @@ pub fn add_delivery_to_linker(linker: &mut Linker<Sandbox>) -> wasmtime::Result<
         };
         Ok((data.push_object(obj)?,))
     })?;
-    i.func_wrap("metadata", |mut cx: StoreContextMut<'_, Sandbox>, (): ()| Ok((progress(cx.data_mut())?.metadata(),)))?;
+    i.func_wrap("metadata", |mut cx: StoreContextMut<'_, Sandbox>, (): ()| {
+        // A copy of every record each call: host work, charged as such.
+        let data = cx.data_mut();
+        let bytes = progress(data)?.metadata_bytes;
+        data.charge_host_work(bytes)?;
+        Ok((progress(data)?.metadata(),))
+    })?;
     Ok(())
 }
 
@@ -305,8 +317,10 @@ impl self::informer_host::plugin::types::HostObject for Sandbox {
     fn kind(&mut self, s: Resource<ObjectHandle>) -> String {
         self.obj(&s).kind().to_string()
     }
-    fn labels(&mut self, s: Resource<ObjectHandle>) -> Vec<(String, String)> {
-        self.obj(&s).labels().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn labels(&mut self, s: Resource<ObjectHandle>) -> wasmtime::Result<Vec<(String, String)>> {
+        let obj = self.obj(&s).clone();
+        self.charge_host_work(obj.labels().map(|(k, v)| k.len() + v.len()).sum())?;
+        Ok(obj.labels().map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
     fn label(&mut self, s: Resource<ObjectHandle>, key: String) -> Option<String> {
         self.obj(&s).label(&key).map(str::to_string)
@@ -340,7 +354,9 @@ impl self::informer_host::plugin::types::HostObject for Sandbox {
 impl self::informer_host::plugin::types::Host for Sandbox {}
 
 impl self::informer_host::plugin::log::Host for Sandbox {
-    fn log(&mut self, level: Level, message: String) {
+    fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        // Escaped and cut on the host, whether kept or dropped.
+        self.charge_host_work(message.len())?;
         let s = &self.shared;
         let tenant = s.tenant.as_deref().unwrap_or("");
         // Within the log budget, cut and escaped; dropped lines are counted.
@@ -349,6 +365,7 @@ impl self::informer_host::plugin::log::Host for Sandbox {
         {
             (sink.0)(level, &line);
         }
+        Ok(())
     }
 }
 
@@ -359,7 +376,9 @@ impl self::informer_host::plugin::cache::Host for Sandbox {
     }
     fn list(&mut self, namespace: Option<String>) -> wasmtime::Result<Vec<Resource<ObjectHandle>>> {
         let Some(cache) = self.shared.cache.clone() else { return Ok(Vec::new()) };
-        cache.list(namespace.as_deref()).into_iter().map(|o| self.push_object(o)).collect()
+        let (objects, examined) = cache.list_examined(namespace.as_deref());
+        self.charge_host_work(examined.saturating_mul(SCAN_COST))?;
+        objects.into_iter().map(|o| self.push_object(o)).collect()
     }
     fn by_index(
         &mut self,
@@ -367,8 +386,11 @@ impl self::informer_host::plugin::cache::Host for Sandbox {
         value: String,
     ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, String>> {
         let Some(cache) = self.shared.cache.clone() else { return Ok(Ok(Vec::new())) };
-        let objs = match cache.by_index(&index, &value) {
-            Ok(objs) => objs,
+        let objs = match cache.by_index_examined(&index, &value) {
+            Ok((objs, examined)) => {
+                self.charge_host_work(examined.saturating_mul(SCAN_COST))?;
+                objs
+            }
             Err(e) => return Ok(Err(e.to_string())),
         };
         Ok(Ok(objs.into_iter().map(|o| self.push_object(o)).collect::<wasmtime::Result<_>>()?))

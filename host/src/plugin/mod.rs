@@ -404,13 +404,26 @@ impl CacheView {
         self.indexer.get(key).filter(|o| self.ok(o))
     }
     pub fn list(&self, namespace: Option<&str>) -> Vec<ObjectRef> {
+        self.list_examined(namespace).0
+    }
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<ObjectRef>, IndexError> {
+        Ok(self.by_index_examined(index, value)?.0)
+    }
+    /// [`CacheView::list`], and how many objects it examined: the whole
+    /// informer's (or namespace's), other tenants' included, which is
+    /// what the call cost the host whatever it returns.
+    pub fn list_examined(&self, namespace: Option<&str>) -> (Vec<ObjectRef>, usize) {
         let all = match namespace {
             Some(ns) => self.indexer.by_index(NAMESPACE_INDEX, ns).unwrap_or_default(),
             None => self.indexer.list(),
         };
-        all.into_iter().filter(|o| self.ok(o)).collect()
+        let examined = all.len();
+        (all.into_iter().filter(|o| self.ok(o)).collect(), examined)
     }
-    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<ObjectRef>, IndexError> {
-        Ok(self.indexer.by_index(index, value)?.into_iter().filter(|o| self.ok(o)).collect())
+    /// [`CacheView::by_index`], and how many objects it examined.
+    pub fn by_index_examined(&self, index: &str, value: &str) -> Result<(Vec<ObjectRef>, usize), IndexError> {
+        let all = self.indexer.by_index(index, value)?;
+        let examined = all.len();
+        Ok((all.into_iter().filter(|o| self.ok(o)).collect(), examined))
     }
 }

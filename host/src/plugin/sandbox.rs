@@ -152,10 +152,18 @@ pub(crate) struct Sandbox {
     pub call_ends: Option<std::time::Instant>,
     /// What the host may still do for the call in flight, in bytes it
     /// parses or copies on the guest's behalf (`pointer`, `annotations`,
-    /// `json`): as much as the call's fuel, so that fuel bounds the work a
-    /// call causes, not only the instructions it runs.
+    /// `json`, `labels`, `log`, `delivery.metadata`, a write's body) and
+    /// objects its cache reads examine ([`SCAN_COST`] each): as much as the
+    /// call's fuel, so that fuel bounds the work a call causes, not only
+    /// the instructions it runs.
     pub host_work_left: u64,
 }
+
+/// Host work charged per object a cache read examines (in the units of
+/// [`Sandbox::charge_host_work`], bytes parsed or copied): a `list` of a
+/// tenant-filtered view examines every object of the informer, other
+/// tenants' included, however few it returns.
+pub(crate) const SCAN_COST: usize = 64;
 
 impl Sandbox {
     /// Charges `bytes` of host work to the call in flight; out of fuel past

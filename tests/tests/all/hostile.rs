@@ -419,6 +419,34 @@ fn host_work_a_guest_causes_is_paid_for_in_fuel() {
     assert_eq!(traps(p.stats())[0], 1, "counted as a fuel trap: {:?}", traps(p.stats()));
 }
 
+/// `delivery.metadata` copies every record of the batch into the guest and
+/// `log` copies and escapes its line, whatever the log budget keeps: both
+/// are charged to the call's host work, so a loop of either runs out of
+/// fuel rather than costing the host far more than the guest pays.
+#[test]
+fn metadata_copies_and_log_lines_are_paid_for_in_fuel() {
+    // About 100 KiB of labels: each metadata call copies them.
+    let labels: serde_json::Map<String, Value> = (0..100).map(|i| (format!("l{i}"), json!("v".repeat(1000)))).collect();
+    let obj = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "labelled", "namespace": "ns", "resourceVersion": "1", "labels": labels},
+    });
+    let labelled =
+        Notification::Add { obj: Arc::new(Object::from_json(obj.to_string()).unwrap()), is_in_initial_list: false };
+    let fuel = |l: &mut Limits| l.fuel_per_call = Some(10_000_000);
+    let run = |name: &str, step: Value| {
+        let mut p = Direct::hostile(name, json!({"attack": "script", "steps": [{"begin": 0}, step, "ok"]}), fuel);
+        p.deliver(std::slice::from_ref(&labelled))
+    };
+    assert_eq!(run("few-copies", json!({"metadata": 10})), Delivered { handled: 1, errors: vec![] });
+    let d = run("many-copies", json!({"metadata": 2_000}));
+    assert!(crash_at(&d, 0).contains("out of fuel"), "{d:?}");
+    // 64 KiB lines: the first is kept, the rest dropped, and all are paid.
+    assert_eq!(run("few-lines", json!({"log": [10, 65_536]})), Delivered { handled: 1, errors: vec![] });
+    let d = run("many-lines", json!({"log": [2_000, 65_536]}));
+    assert!(crash_at(&d, 0).contains("out of fuel"), "{d:?}");
+}
+
 // ---- Finding 5: logs and stderr within a budget ----
 
 /// The default budget: 100 lines and 64 KiB per call, 4 KiB per line.

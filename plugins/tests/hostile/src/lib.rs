@@ -32,7 +32,9 @@
 //! A `script` step is one of `{"begin": i}`, `{"done": [i, bytes]}` (an
 //! error of `bytes` bytes; `null` for none), `{"log": [lines, bytes]}`,
 //! `{"stderr": [lines, bytes]}`, `{"lend": [slot, keep]}` (`keep`: leak the
-//! handle), `{"spin": n}`, `"trap"`, `"ok"` or `{"err": bytes}`; the last
+//! handle), `{"spin": n}`, `{"sleep": ms}`, `{"pointer": n}` (`n` JSON
+//! pointer reads of slot 0's object), `{"metadata": n}` (`n` calls of
+//! `delivery.metadata`), `"trap"`, `"ok"` or `{"err": bytes}`; the last
 //! three end the call (`on-batch` returns no result: there they only end
 //! it). A script is the protocol fuzzer's input: indices, counts and sizes
 //! are whatever it drew.
@@ -143,6 +145,9 @@ enum Step {
     /// Reads a JSON pointer of slot 0's object `n` times (each makes the
     /// host parse the whole object).
     Pointer(u32),
+    /// Asks for the batch's metadata `n` times (each makes the host copy
+    /// every record into the guest).
+    Metadata(u32),
     Trap,
     Ok,
     Err(usize),
@@ -287,6 +292,11 @@ fn script(steps: &[Step]) -> Option<Result<(), String>> {
                 let object = delivery::lend(0);
                 for _ in 0..n {
                     std::hint::black_box(object.pointer("/nope"));
+                }
+            }
+            Step::Metadata(n) => {
+                for _ in 0..n {
+                    std::hint::black_box(delivery::metadata());
                 }
             }
             Step::Trap => std::process::abort(),

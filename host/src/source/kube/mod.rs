@@ -177,10 +177,13 @@ pub struct KubeSourceOptions {
     /// (client-go's and kube-runtime's).
     pub page_size: Option<u32>,
     /// Consistency of lists. Default [`ListSemantic::MostRecent`] (a quorum
-    /// read); `Any` allows a cached, possibly older, state. The engine does
-    /// not tell a source why it lists, so with `Any` a relist after `410
-    /// Gone` may also be served from a cache older than what the informer
-    /// already saw (client-go switches to a consistent read in that case).
+    /// read); `Any` allows a cached, possibly older, state, but only
+    /// without paging (`page_size: None`): with a `limit`, kube leaves out
+    /// `resourceVersion=0` (the API server's cache would ignore the limit),
+    /// so a paged `Any` list is a quorum read as well. The engine does not
+    /// tell a source why it lists, so with `Any` a relist after `410 Gone`
+    /// may also be served from a cache older than what the informer already
+    /// saw (client-go switches to a consistent read in that case).
     pub list_semantic: ListSemantic,
     /// Server-side watch timeout in seconds; `None` uses kube's 290 s. The
     /// reflector re-watches after it.

@@ -748,6 +748,53 @@ async fn a_controller_plugin_asking_to_write_beyond_its_policy_is_refused_naming
     assert!(c.server.writes().iter().all(|r| !r.path.contains("/deployments/")), "nothing was written");
 }
 
+/// A policy changed under a running controller reaches it, not only its
+/// next version: here the ServiceAccount its writes impersonate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_change_reaches_a_running_controller() {
+    let c = cluster().await;
+    allow_controllers(&c.server, &c.client).await;
+    let components: Api<ConfigMap> = Api::namespaced(c.client.clone(), NS);
+    let bytes = std::fs::read(wasm("reloader")).expect("built reloader");
+    let add = json!({"binaryData": {"reloader.wasm": ByteString(bytes)}});
+    components.patch("components", &PatchParams::default(), &Patch::Merge(&add)).await.unwrap();
+    c.server.create(config_map(NS, "web-config", &[], &[("A", "1")])).unwrap();
+    c.server.create(reloader_deployment(NS, "web-config")).unwrap();
+    let mut spec = reloader_spec("unused");
+    spec.component = ComponentSource {
+        config_map: Some(KeySelector { name: "components".into(), key: "reloader.wasm".into() }),
+        ..Default::default()
+    };
+    c.plugins().create(&PostParams::default(), &Plugin::new("reloader", spec)).await.unwrap();
+    c.until("the first-sight patch", |c| hash(c, NS, "/metadata/annotations").is_some()).await;
+
+    // The platform team moves team-a's controllers to another account.
+    const OTHER_SA: &str = "system:serviceaccount:team-a:restricted";
+    c.server.grant(OTHER_SA, Rule::new(&["patch"], &["apps"], &["deployments"]).in_namespace(NS));
+    c.server.grant(OTHER_SA, Rule::new(&["create"], &[""], &["events"]).in_namespace(NS));
+    let policies: Api<TenantPolicy> = Api::all(c.client.clone());
+    let moved = json!({"spec": {"impersonateServiceAccount": "restricted"}});
+    policies.patch("team-a", &PatchParams::default(), &Patch::Merge(&moved)).await.unwrap();
+    // Changes roll the Deployment; once the controller is loaded again
+    // under the new policy, as the new account (before the fix, never).
+    let patched_as = |c: &Cluster, user: &str| {
+        c.server.writes().iter().any(|r| {
+            r.method == "PATCH" && r.path.contains("/deployments/") && r.impersonate_user.as_deref() == Some(user)
+        })
+    };
+    let mut moved_over = false;
+    for i in 2..40 {
+        c.server.update(config_map(NS, "web-config", &[], &[("A", &i.to_string())])).unwrap();
+        if wait_until(Duration::from_millis(500), || patched_as(&c, OTHER_SA)).await {
+            moved_over = true;
+            break;
+        }
+    }
+    assert!(moved_over, "no roll was written as {OTHER_SA}");
+    let last = c.server.writes().into_iter().rfind(|r| r.method == "PATCH" && r.path.contains("/deployments/"));
+    assert_eq!(last.unwrap().impersonate_user.as_deref(), Some(OTHER_SA));
+}
+
 /// A controller Plugin shared by two replicas runs on exactly one of them
 /// at every instant; when its replica crashes, the other takes it over once
 /// the lease expires and acts on the next change.

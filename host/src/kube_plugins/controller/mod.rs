@@ -529,11 +529,13 @@ fn wants_reconcile(old: &ObjectRef, new: &ObjectRef) -> bool {
 }
 
 /// The registry's name of a `Plugin`: a DNS label, unique per namespace
-/// and name (a hash of both), readable (the name's start).
+/// and name (128 bits of a hash of both: a tenant cannot search out a name
+/// whose registry name is another tenant's plugin's, as it could with 32),
+/// readable (the name's start).
 pub fn registry_name(namespace: &str, name: &str) -> String {
     let hash = hex::encode(Sha256::digest(format!("{namespace}/{name}")));
-    let base: String = name.chars().map(|c| if c == '.' { '-' } else { c }).take(50).collect();
-    format!("{}-{}", base.trim_end_matches('-'), &hash[..8])
+    let base: String = name.chars().map(|c| if c == '.' { '-' } else { c }).take(30).collect();
+    format!("{}-{}", base.trim_end_matches('-'), &hash[..32])
 }
 
 #[cfg(test)]
@@ -547,6 +549,13 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.starts_with("recorder-"));
         let long = registry_name("ns", &format!("{}.example", "x".repeat(240)));
+        // Names alike in their first 30 characters differ by the hash.
+        let (c, d) = (
+            registry_name("ns", &format!("{}-a", "x".repeat(30))),
+            registry_name("ns", &format!("{}-b", "x".repeat(30))),
+        );
+        assert_ne!(c, d);
+        assert_eq!(long.len(), 63);
         for n in [&a, &b, &long] {
             crate::names::check("plugin", n).unwrap();
         }

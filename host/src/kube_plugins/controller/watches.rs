@@ -82,16 +82,21 @@ fn watch_name(namespace: &str, w: &WatchSpec) -> String {
     format!("w-{}", &hex::encode(Sha256::digest(text))[..12])
 }
 
-/// Everything but the component that a running plugin was loaded with.
+/// Everything but the component that a running plugin was loaded with: a
+/// change of any of it loads the plugin again. A controller's settings are
+/// in it (its write rules, rate, impersonation, secondary watches,
+/// workers, dry run), so a policy tightened under a running controller
+/// reaches it, not only its next version.
 pub(super) fn settings_key(namespace: &str, watch: &WatchSpec, e: &Effective) -> String {
     format!(
-        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}",
+        "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}",
         watch_name(namespace, watch),
         e.limits,
         e.grants,
         e.resync,
         e.on_swap,
         e.max_pending,
-        e.config_json
+        e.config_json,
+        e.controller
     )
 }

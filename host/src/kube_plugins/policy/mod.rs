@@ -386,9 +386,22 @@ struct ReadLimits {
 }
 
 fn read_limits(l: &LimitsSpec, at: &str) -> Result<ReadLimits, Refusal> {
+    let deadline = l.deadline.as_deref().map(|d| parse_duration(d, &format!("{at}.deadline"))).transpose()?;
+    // As the config file's: a deadline past an hour is a hung plugin, and
+    // `init` gets ten of them, which the epoch tick count must still hold.
+    if let Some(d) = deadline.filter(|d| d.is_zero() || *d > crate::config::MAX_DEADLINE) {
+        return Err(Refusal::new(
+            "InvalidSpec",
+            format!(
+                "{at}.deadline {} must be more than zero and at most {}",
+                humantime::format_duration(d),
+                humantime::format_duration(crate::config::MAX_DEADLINE)
+            ),
+        ));
+    }
     Ok(ReadLimits {
         fuel: l.fuel_per_call,
-        deadline: l.deadline.as_deref().map(|d| parse_duration(d, &format!("{at}.deadline"))).transpose()?,
+        deadline,
         memory: l.memory.as_deref().map(|m| parse_quantity(m, &format!("{at}.memory"))).transpose()?,
     })
 }
@@ -423,7 +436,7 @@ pub fn parse_quantity(s: &str, field: &str) -> Result<usize, Refusal> {
         "T" => 1_000_000_000_000,
         _ => return Err(invalid()),
     };
-    usize::try_from(n * mult).map_err(|_| invalid())
+    n.checked_mul(mult).and_then(|b| usize::try_from(b).ok()).ok_or_else(invalid)
 }
 
 #[cfg(test)]

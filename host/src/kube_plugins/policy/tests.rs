@@ -249,6 +249,14 @@ fn quantities_and_durations_are_read_or_refused_clearly() {
     s.resync = Some("often".into());
     let r = admit(&s, "team-a", &team_a(), &Limits::default()).unwrap_err();
     assert!(r.message.starts_with("spec.resync \"often\" is not a duration"), "{r}");
+    // Past u128: refused, not a panic (debug) or a wrapped small number.
+    let r = parse_quantity(&format!("{}Ti", u128::MAX / 2), "spec.limits.memory").unwrap_err();
+    assert_eq!(r.reason, "InvalidSpec");
+    // A deadline as the config file bounds it, whatever the policy says.
+    let mut s = spec();
+    s.limits.deadline = Some("2h".into());
+    let r = admit(&s, "team-a", &TenantPolicy::new("open", Default::default()), &Limits::default()).unwrap_err();
+    assert_eq!(r.message, "spec.limits.deadline 2h must be more than zero and at most 1h");
 }
 
 #[test]

@@ -129,6 +129,14 @@ impl PluginResources {
         let digest = fetched.digest.clone();
         let prepared = self.prepare_controller(&name, plugin, effective, controller, &watches, fetched).await;
         match prepared {
+            // Ownership may have moved to another replica while the
+            // component compiled: the key is not in `loaded` yet, so
+            // `follow_ownership` could not stop it; it must not start here.
+            Ok(runner) if !self.owns(key) => {
+                runner.stop().await;
+                watches.iter().for_each(|w| self.release_watch(w));
+                Err((Refusal { reason: "NotOwned", message: "another replica owns it now".into() }, false))
+            }
             Ok(mut runner) => {
                 runner.run();
                 tracing::info!(plugin = %name, %digest, workers = controller.max_concurrent_reconciles, "controller loaded");
@@ -162,16 +170,29 @@ impl PluginResources {
             .prepare_controller(&name, plugin, effective, controller, &watches, fetched)
             .await
             .map_err(|r| (Refusal { reason: "SwapFailed", message: r.message }, false))?;
+        // Unloaded while the new version compiled (the Plugin deleted, or
+        // this replica's lease lost): the new version must not run at all.
         let old = self.loaded.lock().get_mut(key).and_then(|l| l.runner.take());
-        if let Some(old) = old {
-            next.take_over(old).await;
-        } else {
-            next.run();
-        }
+        let Some(old) = old.filter(|_| self.owns(key)) else {
+            next.stop().await;
+            return Err((
+                Refusal { reason: "SwapFailed", message: "unloaded while the new version loaded".into() },
+                false,
+            ));
+        };
+        next.take_over(old).await;
         tracing::info!(plugin = %name, %digest, "swapped to a new version");
-        if let Some(l) = self.loaded.lock().get_mut(key) {
-            l.digest = digest;
-            l.runner = Some(next);
+        let unloaded = match self.loaded.lock().get_mut(key) {
+            Some(l) => {
+                l.digest = digest;
+                l.runner = Some(next);
+                None
+            }
+            None => Some(next),
+        };
+        // Unloaded during the take-over: nothing may keep running.
+        if let Some(next) = unloaded {
+            next.stop().await;
         }
         Ok(())
     }

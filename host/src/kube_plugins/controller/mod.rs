@@ -435,6 +435,11 @@ impl PluginResources {
                 self.write_status(&plugin, report).await;
                 if settled { Next::Done } else { Next::After(Duration::from_secs(1)) }
             }
+            // Ownership moved while it loaded: the owner writes its status.
+            Err(_) if !self.owns(key) => {
+                self.unload(key).await;
+                Next::Done
+            }
             Err((refusal, retry)) => {
                 self.write_status(&plugin, self.failed(key, &plugin, &refusal)).await;
                 if retry { Next::Retry } else { Next::Done }

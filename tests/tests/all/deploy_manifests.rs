@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use informer_host::kube_plugins::{Plugin, TenantPolicy, crds, crds_yaml, policy};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -138,6 +138,7 @@ fn check_object(doc: &Value) -> Result<(), String> {
         "v1" "ConfigMap" => ConfigMap,
         "v1" "Secret" => Secret,
         "v1" "Service" => Service,
+        "v1" "ResourceQuota" => ResourceQuota,
         "apps/v1" "Deployment" => Deployment,
         "policy/v1" "PodDisruptionBudget" => PodDisruptionBudget,
         "rbac.authorization.k8s.io/v1" "Role" => Role,

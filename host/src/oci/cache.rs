@@ -6,6 +6,13 @@
 //! the same digest at once both succeed). Every read re-hashes the bytes: a
 //! file that no longer matches its name is removed and reported as a miss,
 //! so the next pull fetches it again instead of loading corrupt bytes.
+//!
+//! Beside each blob, `<dir>/sources/sha256/<hex>` lists who fetched it: one
+//! hash per line of the repository and the credentials that did
+//! ([`OciPuller`](super::OciPuller) computes them; no secret is written).
+//! A blob is served from the cache only to a pull with one of those
+//! sources, so a tenant cannot run another tenant's private component by
+//! naming its digest (Kubernetes' `imagePullPolicy: IfNotPresent` problem).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -30,12 +37,44 @@ pub fn sha256_hex(digest: &str) -> Option<&str> {
 #[derive(Debug, Clone)]
 pub struct BlobCache {
     dir: PathBuf,
+    sources: PathBuf,
 }
 
 impl BlobCache {
     /// The cache under `root` (`<root>/blobs/sha256`); created on first write.
     pub fn new(root: &Path) -> Self {
-        BlobCache { dir: root.join("blobs").join("sha256") }
+        BlobCache { dir: root.join("blobs").join("sha256"), sources: root.join("sources").join("sha256") }
+    }
+
+    /// Whether `source` fetched `digest` before (see the module docs).
+    pub async fn fetched_by(&self, digest: &str, source: &str) -> bool {
+        let Some(hex) = sha256_hex(digest) else { return false };
+        let path = self.sources.join(hex);
+        let source = source.to_owned();
+        tokio::task::spawn_blocking(move || {
+            std::fs::read_to_string(path).is_ok_and(|lines| lines.lines().any(|l| l == source))
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Records that `source` fetched `digest`. Two pulls recording at once
+    /// may keep only one line: the other source then fetches again.
+    pub async fn record_source(&self, digest: &str, source: &str) -> Result<(), OciError> {
+        let Some(hex) = sha256_hex(digest) else { return Ok(()) };
+        let (dir, path) = (self.sources.clone(), self.sources.join(hex));
+        let source = source.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let mut lines = std::fs::read_to_string(&path).unwrap_or_default();
+            if lines.lines().any(|l| l == source) {
+                return Ok(());
+            }
+            lines.push_str(&source);
+            lines.push('\n');
+            write_atomically(&dir, &path, lines.as_bytes())
+        })
+        .await
+        .expect("cache write panicked")
     }
 
     /// Where the blob of `digest` lives, if `digest` is a sha256 digest.

@@ -97,13 +97,14 @@ impl OciPuller {
     /// the cache without the network.
     pub async fn pull(&self, reference: &str, auth: Option<&RegistryAuth>) -> Result<PulledComponent, OciError> {
         let parsed = parse_reference(reference)?;
+        let source = source_of(&parsed, auth);
         if let Some(digest) = parsed.digest()
-            && let Some(hit) = self.cached(reference, digest).await?
+            && let Some(hit) = self.cached(reference, digest, &source).await?
         {
             tracing::debug!(reference, digest, "component served from the cache");
             return Ok(hit);
         }
-        let pulled = tokio::time::timeout(self.config.timeout, self.pull_remote(reference, &parsed, auth))
+        let pulled = tokio::time::timeout(self.config.timeout, self.pull_remote(reference, &parsed, auth, &source))
             .await
             .map_err(|_| OciError::Timeout { reference: reference.to_owned(), after: self.config.timeout })??;
         tracing::info!(
@@ -116,13 +117,20 @@ impl OciPuller {
         Ok(pulled)
     }
 
-    /// The manifest `digest` and its layer, both from the cache.
-    async fn cached(&self, reference: &str, digest: &str) -> Result<Option<PulledComponent>, OciError> {
+    /// The manifest `digest` and its layer, both from the cache, when
+    /// `source` fetched both before.
+    async fn cached(&self, reference: &str, digest: &str, source: &str) -> Result<Option<PulledComponent>, OciError> {
+        if !self.cache.fetched_by(digest, source).await {
+            return Ok(None);
+        }
         let Some(manifest) = self.cache.get(digest, MAX_MANIFEST_BYTES).await? else {
             return Ok(None);
         };
         let layer = media::component_layer(reference, &manifest)?;
         self.check_size(reference, layer.size)?;
+        if !self.cache.fetched_by(&layer.digest, source).await {
+            return Ok(None);
+        }
         let Some(bytes) = self.cache.get(&layer.digest, layer.size).await? else {
             return Ok(None);
         };
@@ -139,6 +147,7 @@ impl OciPuller {
         reference: &str,
         parsed: &Reference,
         auth: Option<&RegistryAuth>,
+        source: &str,
     ) -> Result<PulledComponent, OciError> {
         let client_error = |e| OciError::from_client(reference, auth.is_some(), e);
         let client = self.client(reference)?;
@@ -158,12 +167,18 @@ impl OciPuller {
         let layer = media::component_layer(reference, &manifest)?;
         self.check_size(reference, layer.size)?;
         self.cache.put(&digest, &manifest).await?;
+        self.cache.record_source(&digest, source).await?;
 
-        if let Some(bytes) = self.cache.get(&layer.digest, layer.size).await? {
+        // A layer someone else fetched is not this source's to take: its
+        // manifest (from this source's registry) may name any digest.
+        if self.cache.fetched_by(&layer.digest, source).await
+            && let Some(bytes) = self.cache.get(&layer.digest, layer.size).await?
+        {
             return Ok(PulledComponent { digest, layer_digest: layer.digest, bytes: bytes.into(), from_cache: true });
         }
         let bytes = self.download(reference, &client, parsed, &layer, auth.is_some()).await?;
         self.cache.put(&layer.digest, &bytes).await?;
+        self.cache.record_source(&layer.digest, source).await?;
         Ok(PulledComponent { digest, layer_digest: layer.digest, bytes: bytes.into(), from_cache: false })
     }
 
@@ -254,6 +269,17 @@ impl OciPuller {
 }
 
 /// Parses `reference`; a pinned digest must be sha256 (the cache's names).
+/// Who fetches a pull's blobs: a hash of the registry, the repository and
+/// the credentials (their hash: no secret reaches the cache's files).
+fn source_of(parsed: &Reference, auth: Option<&RegistryAuth>) -> String {
+    let credentials = auth.map_or_else(
+        || "anonymous".to_owned(),
+        |a| hex::encode(Sha256::digest(format!("{}\n{}", a.username, a.password))),
+    );
+    let who = format!("{}/{}\n{credentials}", parsed.resolve_registry(), parsed.repository());
+    hex::encode(Sha256::digest(who))
+}
+
 fn parse_reference(reference: &str) -> Result<Reference, OciError> {
     let invalid = |reason: String| OciError::InvalidReference { reference: reference.to_owned(), reason };
     let parsed = Reference::try_from(reference).map_err(|e| invalid(e.to_string()))?;

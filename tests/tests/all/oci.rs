@@ -106,6 +106,38 @@ async fn an_htpasswd_registry_refuses_anonymous_and_wrong_credentials_and_serves
     assert_eq!(pulled.digest, pushed.digest);
 }
 
+/// A component pulled with a tenant's credentials is in the host's cache,
+/// but only that source (repository and credentials) gets it from there:
+/// another pull of the same digest, anonymous or with other credentials,
+/// asks the registry, which refuses it (Kubernetes' `IfNotPresent` problem,
+/// closed as `AlwaysPullImages` closes it).
+#[tokio::test]
+async fn a_cached_private_component_is_served_only_to_the_credentials_that_pulled_it() {
+    let mut registry = OciRegistry::start_with_auth("tenant-a", "s3cret").await;
+    let component = b"\0asm-private".to_vec();
+    let pushed = registry.push("team-a/private:1", &Artifact::wasm(component.clone())).await;
+    let cache = tempfile::tempdir().unwrap();
+    let puller = new_puller(&registry, &cache);
+    let secret = registry.docker_config_json("tenant-a", "s3cret");
+    let auth = RegistryAuth::from_docker_config_json(&secret, &registry.host()).unwrap().unwrap();
+    let pulled = puller.pull(&pushed.digest_reference, Some(&auth)).await.unwrap();
+    assert_eq!((&*pulled.bytes, pulled.from_cache), (&component[..], false));
+
+    let anonymous = puller.pull(&pushed.digest_reference, None).await.unwrap_err();
+    assert!(matches!(anonymous, OciError::Unauthorized { with_credentials: false, .. }), "{anonymous}");
+    let wrong_secret = registry.docker_config_json("tenant-a", "wrong");
+    let wrong = RegistryAuth::from_docker_config_json(&wrong_secret, &registry.host()).unwrap().unwrap();
+    let error = puller.pull(&pushed.digest_reference, Some(&wrong)).await.unwrap_err();
+    assert!(matches!(error, OciError::Unauthorized { with_credentials: true, .. }), "{error}");
+
+    // The credentials that pulled it get it from the cache, offline.
+    registry.stop();
+    let again = puller.pull(&pushed.digest_reference, Some(&auth)).await.unwrap();
+    assert_eq!((&*again.bytes, again.from_cache), (&component[..], true));
+    let offline = puller.pull(&pushed.digest_reference, None).await.unwrap_err();
+    assert_eq!(offline.reason(), "RegistryUnreachable", "{offline}");
+}
+
 #[tokio::test]
 async fn artifacts_that_are_not_components_are_refused_and_nothing_is_downloaded() {
     let registry = OciRegistry::start().await;

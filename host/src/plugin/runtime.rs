@@ -36,10 +36,40 @@ pub(crate) const CACHE: &str = "informer-host:plugin/cache";
 /// How often the epoch advances; deadlines are rounded up to it.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 
+/// Compiled components kept in memory by content hash, beyond those loaded
+/// plugins hold themselves: a tenant that churns digests must not grow the
+/// host with every version it ever loaded (or failed to). The oldest goes
+/// first; a loaded plugin keeps its own, and the disk cache has them all.
+const MAX_COMPILED_IN_MEMORY: usize = 256;
+
+/// The compiled components by content hash, oldest first.
+#[derive(Default)]
+struct Compiled {
+    by_hash: HashMap<String, Component>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl Compiled {
+    fn get(&self, hash: &str) -> Option<&Component> {
+        self.by_hash.get(hash)
+    }
+
+    fn insert(&mut self, hash: String, component: Component) {
+        if self.by_hash.insert(hash.clone(), component).is_none() {
+            self.order.push_back(hash);
+        }
+        while self.order.len() > MAX_COMPILED_IN_MEMORY {
+            if let Some(oldest) = self.order.pop_front() {
+                self.by_hash.remove(&oldest);
+            }
+        }
+    }
+}
+
 struct Inner {
     engine: Engine,
     cache_dir: Option<PathBuf>,
-    compiled: Mutex<HashMap<String, Component>>,
+    compiled: Mutex<Compiled>,
     linkers: Mutex<HashMap<Grants, Arc<Linker<Sandbox>>>>,
     ticker: Arc<Ticker>,
 }
@@ -120,7 +150,7 @@ impl PluginRuntime {
             inner: Arc::new(Inner {
                 engine,
                 cache_dir: config.cache_dir,
-                compiled: Mutex::new(HashMap::new()),
+                compiled: Mutex::default(),
                 linkers: Mutex::new(HashMap::new()),
                 ticker: Arc::new(Ticker { stop, reaper: Arc::default() }),
             }),
@@ -388,5 +418,30 @@ impl LoadedPlugin {
     /// The component file.
     pub fn file(&self) -> &Path {
         &self.spec.wasm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The empty component, in binary (the `wat` feature is not built).
+    const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\x00\x01\x00";
+
+    #[test]
+    fn compiled_components_in_memory_are_bounded_oldest_first() {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).unwrap();
+        let component = Component::new(&engine, EMPTY_COMPONENT).unwrap();
+        let mut compiled = Compiled::default();
+        for i in 0..MAX_COMPILED_IN_MEMORY + 10 {
+            compiled.insert(format!("h{i}"), component.clone());
+        }
+        // Inserting a hash again does not count twice.
+        compiled.insert(format!("h{}", MAX_COMPILED_IN_MEMORY + 9), component.clone());
+        assert_eq!((compiled.by_hash.len(), compiled.order.len()), (MAX_COMPILED_IN_MEMORY, MAX_COMPILED_IN_MEMORY));
+        assert!(compiled.get("h9").is_none(), "the oldest went first");
+        assert!(compiled.get("h10").is_some() && compiled.get(&format!("h{}", MAX_COMPILED_IN_MEMORY + 9)).is_some());
     }
 }

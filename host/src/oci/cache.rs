@@ -38,12 +38,26 @@ pub fn sha256_hex(digest: &str) -> Option<&str> {
 pub struct BlobCache {
     dir: PathBuf,
     sources: PathBuf,
+    /// Past this many bytes of blobs, the least recently used go.
+    max_bytes: u64,
 }
 
 impl BlobCache {
     /// The cache under `root` (`<root>/blobs/sha256`); created on first write.
     pub fn new(root: &Path) -> Self {
-        BlobCache { dir: root.join("blobs").join("sha256"), sources: root.join("sources").join("sha256") }
+        BlobCache {
+            dir: root.join("blobs").join("sha256"),
+            sources: root.join("sources").join("sha256"),
+            max_bytes: u64::MAX,
+        }
+    }
+
+    /// Keeps at most `max_bytes` of blobs: after each write, the blobs
+    /// read or written least recently are removed (with their sources)
+    /// until the rest fit. A removed blob is only fetched again.
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
     }
 
     /// Whether `source` fetched `digest` before (see the module docs).
@@ -100,9 +114,15 @@ impl BlobCache {
         let Some(path) = self.path(digest) else {
             return Ok(());
         };
-        let dir = self.dir.clone();
+        let (dir, sources, max) = (self.dir.clone(), self.sources.clone(), self.max_bytes);
         let bytes = bytes.to_vec();
-        tokio::task::spawn_blocking(move || write_atomically(&dir, &path, &bytes)).await.expect("cache write panicked")
+        tokio::task::spawn_blocking(move || {
+            write_atomically(&dir, &path, &bytes)?;
+            evict(&dir, &sources, &path, max);
+            Ok(())
+        })
+        .await
+        .expect("cache write panicked")
     }
 }
 
@@ -125,6 +145,10 @@ fn read_verified(path: &Path, digest: &str, max_bytes: u64) -> Result<Option<Vec
     if let Some(bytes) = bytes {
         let found = sha256_digest(&bytes);
         if found == digest {
+            // Recently used: the last to be evicted.
+            if let Ok(file) = std::fs::File::options().append(true).open(path) {
+                let _ = file.set_modified(std::time::SystemTime::now());
+            }
             return Ok(Some(bytes));
         }
         tracing::warn!(
@@ -143,6 +167,47 @@ fn read_verified(path: &Path, digest: &str, max_bytes: u64) -> Result<Option<Vec
     }
 }
 
+/// Removes the blobs used least recently (by modification time, which a
+/// read refreshes) until those left hold at most `max` bytes, never `keep`
+/// (the blob just written). Failures are logged: the cache only grows.
+fn evict(dir: &Path, sources: &Path, keep: &Path, max: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut blobs: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let meta = e.metadata().ok()?;
+            let named = sha256_hex(&format!("sha256:{}", e.file_name().to_str()?)).is_some();
+            if !named || !meta.is_file() {
+                return None;
+            }
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
+        .collect();
+    let mut total: u64 = blobs.iter().map(|(_, len, _)| len).sum();
+    if total <= max {
+        return;
+    }
+    blobs.sort();
+    for (_, len, path) in blobs {
+        if total <= max {
+            break;
+        }
+        if path == keep {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                total -= len;
+                if let Some(name) = path.file_name() {
+                    let _ = std::fs::remove_file(sources.join(name));
+                }
+                tracing::info!(path = %path.display(), "evicted from the blob cache");
+            }
+            Err(e) => tracing::warn!(path = %path.display(), "cannot evict from the blob cache: {e}"),
+        }
+    }
+}
+
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), OciError> {
     let cache_error = |source| OciError::Cache { path: path.to_owned(), source };
     std::fs::create_dir_all(dir).map_err(cache_error)?;
@@ -156,6 +221,30 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), OciErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tenant pulling new digests again and again cannot fill the disk:
+    /// past the limit the blob used least recently goes, with its sources.
+    #[tokio::test]
+    async fn the_least_recently_used_blobs_go_past_the_limit() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = BlobCache::new(root.path()).with_max_bytes(3000);
+        let blob = |c: u8| vec![c; 1000];
+        let digest = |c: u8| sha256_digest(&blob(c));
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        for (i, c) in [b'a', b'b', b'c'].into_iter().enumerate() {
+            cache.put(&digest(c), &blob(c)).await.unwrap();
+            cache.record_source(&digest(c), "someone").await.unwrap();
+            let file = std::fs::File::options().append(true).open(cache.path(&digest(c)).unwrap()).unwrap();
+            file.set_modified(t0 + std::time::Duration::from_secs(i as u64)).unwrap();
+        }
+        // Reading `a` makes it the most recently used.
+        assert!(cache.get(&digest(b'a'), 1000).await.unwrap().is_some());
+        cache.put(&digest(b'd'), &blob(b'd')).await.unwrap();
+        let kept = |c: u8| cache.path(&digest(c)).unwrap().exists();
+        assert_eq!([kept(b'a'), kept(b'b'), kept(b'c'), kept(b'd')], [true, false, true, true]);
+        assert!(!cache.fetched_by(&digest(b'b'), "someone").await, "its sources went with it");
+        assert!(cache.fetched_by(&digest(b'c'), "someone").await);
+    }
 
     #[tokio::test]
     async fn round_trip_and_corruption_is_a_miss() {

@@ -32,16 +32,22 @@ pub struct OciConfig {
     pub plain_http: Vec<String>,
     /// The longest one pull may take, end to end.
     pub timeout: Duration,
+    /// The most bytes the blob cache keeps on disk: past it, the blobs
+    /// used least recently are removed (a tenant pulling new digests again
+    /// and again must not fill the host's disk).
+    pub cache_max_bytes: u64,
 }
 
 impl OciConfig {
-    /// Defaults: 64 MiB components, two minutes per pull, HTTPS only.
+    /// Defaults: 64 MiB components, two minutes per pull, HTTPS only, a
+    /// 1 GiB cache.
     pub fn new(cache_dir: impl Into<PathBuf>) -> Self {
         OciConfig {
             cache_dir: cache_dir.into(),
             max_bytes: 64 << 20,
             plain_http: Vec::new(),
             timeout: Duration::from_secs(120),
+            cache_max_bytes: 1 << 30,
         }
     }
 }
@@ -78,7 +84,7 @@ impl OciPuller {
     /// none is installed (the registry client needs one; kube uses `ring`).
     pub fn new(config: OciConfig) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        OciPuller { cache: BlobCache::new(&config.cache_dir), config }
+        OciPuller { cache: BlobCache::new(&config.cache_dir).with_max_bytes(config.cache_max_bytes), config }
     }
 
     /// The configuration.

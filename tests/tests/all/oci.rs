@@ -12,10 +12,10 @@ use informer_host::oci::{OciConfig, OciError, OciPuller, RegistryAuth};
 
 fn new_puller(registry: &OciRegistry, cache: &tempfile::TempDir) -> OciPuller {
     OciPuller::new(OciConfig {
-        cache_dir: cache.path().to_owned(),
         max_bytes: 16 << 20,
         plain_http: vec![registry.host()],
         timeout: Duration::from_secs(30),
+        ..OciConfig::new(cache.path())
     })
 }
 

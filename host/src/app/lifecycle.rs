@@ -271,6 +271,7 @@ impl App {
                     }),
                     max_bytes: pr.max_component_size as u64,
                     plain_http: pr.plain_http_registries.clone(),
+                    internal_registries: pr.internal_registries.clone(),
                     ..OciConfig::new("")
                 }))),
                 ..PluginResourcesOptions::default()

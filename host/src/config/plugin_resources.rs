@@ -8,6 +8,7 @@
 //! max_component_size = "32MiB"  # larger components are refused
 //! oci_cache_dir = "oci"         # pulled components, by digest (default: `[host] cache_dir`/oci, else a temp dir)
 //! plain_http_registries = ["registry.internal:5000"]  # registries without TLS (default: none)
+//! internal_registries = ["harbor.tools.svc"]  # may resolve to internal addresses (default: none)
 //! leases = true                 # replicas share the plugins through Leases (default: false, this replica runs all)
 //! lease_namespace = "informer-host"  # where the Leases live (default: the client's namespace, in a pod its own)
 //! ```
@@ -24,6 +25,9 @@ pub struct PluginResourcesConfig {
     pub max_component_size: usize,
     pub oci_cache_dir: Option<PathBuf>,
     pub plain_http_registries: Vec<String>,
+    /// Registries a pull may reach at private, loopback or link-local
+    /// addresses (see [`crate::oci::egress`]).
+    pub internal_registries: Vec<String>,
     pub leases: bool,
     pub lease_namespace: Option<String>,
 }
@@ -34,6 +38,7 @@ pub(super) struct RawPluginResources {
     max_component_size: Option<S<String>>,
     oci_cache_dir: Option<S<String>>,
     plain_http_registries: Option<S<Vec<String>>>,
+    internal_registries: Option<S<Vec<String>>>,
     leases: Option<S<bool>>,
     lease_namespace: Option<S<String>>,
 }
@@ -44,7 +49,16 @@ impl RawPluginResources {
             f,
             RawPluginResources,
             [],
-            [namespace, identity, max_component_size, oci_cache_dir, plain_http_registries, leases, lease_namespace]
+            [
+                namespace,
+                identity,
+                max_component_size,
+                oci_cache_dir,
+                plain_http_registries,
+                internal_registries,
+                leases,
+                lease_namespace
+            ]
         )
     }
 }
@@ -57,6 +71,7 @@ impl Cx<'_> {
             max_component_size: 32 << 20,
             oci_cache_dir: r.oci_cache_dir.as_ref().map(|v| self.path(v.get_ref())),
             plain_http_registries: r.plain_http_registries.map(|v| v.into_inner()).unwrap_or_default(),
+            internal_registries: r.internal_registries.map(|v| v.into_inner()).unwrap_or_default(),
             leases: r.leases.is_some_and(|v| v.into_inner()),
             lease_namespace: None,
         };

@@ -809,3 +809,16 @@ fn sizes() {
     assert!(parse_size("MiB").is_err());
     assert!(parse_size("3 parsecs").is_err());
 }
+
+#[test]
+fn plugin_resources_lists_the_registries_spoken_to_without_tls_and_at_internal_addresses() {
+    let config = Fixture::new()
+        .parse(
+            "[plugin_resources]\nplain_http_registries = [\"registry.tools:5000\"]\n\
+             internal_registries = [\"harbor.tools.svc\", \"10.0.0.5:443\"]\n",
+        )
+        .unwrap();
+    let pr = config.plugin_resources.unwrap();
+    assert_eq!(pr.plain_http_registries, ["registry.tools:5000"]);
+    assert_eq!(pr.internal_registries, ["harbor.tools.svc", "10.0.0.5:443"]);
+}

@@ -39,6 +39,18 @@ pub enum OciError {
     /// The component is larger than the configured limit.
     #[error("{reference}: component too large: {size} bytes, the limit is {max}")]
     TooLarge { reference: String, size: u64, max: u64 },
+    /// The registry, its token realm or a redirect resolves only to an
+    /// address off the public internet, and the operator did not list it
+    /// as an internal registry.
+    #[error(
+        "{reference}: the host may not pull from {destination}: it resolves to {address}, a {kind} address \
+         (an operator lists in-cluster registries in `internal_registries`)"
+    )]
+    AddressForbidden { reference: String, destination: String, address: std::net::IpAddr, kind: &'static str },
+    /// The registry sent more than a pull may receive (an endless manifest,
+    /// token or error body).
+    #[error("{reference}: the registry sent more than the {max} bytes one pull may receive")]
+    ResponseTooLarge { reference: String, max: u64 },
     /// The pull did not finish in time.
     #[error("{reference}: pull timed out after {after:?}")]
     Timeout { reference: String, after: Duration },
@@ -70,6 +82,8 @@ impl OciError {
             OciError::WrongMediaType { .. } => "WrongMediaType",
             OciError::DigestMismatch { .. } => "DigestMismatch",
             OciError::TooLarge { .. } => "TooLarge",
+            OciError::AddressForbidden { .. } => "RegistryForbidden",
+            OciError::ResponseTooLarge { .. } => "TooLarge",
             OciError::Timeout { .. } => "PullTimeout",
             OciError::Registry { .. } => "RegistryError",
             OciError::Transport { .. } => "RegistryUnreachable",

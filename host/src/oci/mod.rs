@@ -24,6 +24,7 @@
 
 pub mod cache;
 mod credentials;
+pub mod egress;
 mod error;
 pub mod media;
 mod pull;

@@ -11,6 +11,7 @@ use oci_client::client::{ClientConfig, ClientProtocol};
 use sha2::{Digest as _, Sha256};
 
 use super::cache::{BlobCache, sha256_digest, sha256_hex};
+use super::egress::{Egress, EgressPolicy, Stopped};
 use super::media::{self, Layer};
 use super::{OciError, RegistryAuth};
 
@@ -28,8 +29,13 @@ pub struct OciConfig {
     pub max_bytes: u64,
     /// Registries (`host:port`, as written in references) spoken to over
     /// plain HTTP instead of HTTPS: for a loopback or in-cluster registry
-    /// without TLS. Empty in production.
+    /// without TLS. Empty in production. They count as internal registries.
     pub plain_http: Vec<String>,
+    /// Registries (`host` or `host:port`) a pull may reach although they
+    /// resolve to a private, loopback or link-local address: in-cluster
+    /// registries. Every other destination must be on the public internet
+    /// (see [`super::egress`]).
+    pub internal_registries: Vec<String>,
     /// The longest one pull may take, end to end.
     pub timeout: Duration,
     /// The most bytes the blob cache keeps on disk: past it, the blobs
@@ -46,6 +52,7 @@ impl OciConfig {
             cache_dir: cache_dir.into(),
             max_bytes: 64 << 20,
             plain_http: Vec::new(),
+            internal_registries: Vec::new(),
             timeout: Duration::from_secs(120),
             cache_max_bytes: 1 << 30,
         }
@@ -110,9 +117,21 @@ impl OciPuller {
             tracing::debug!(reference, digest, "component served from the cache");
             return Ok(hit);
         }
-        let pulled = tokio::time::timeout(self.config.timeout, self.pull_remote(reference, &parsed, auth, &source))
-            .await
-            .map_err(|_| OciError::Timeout { reference: reference.to_owned(), after: self.config.timeout })??;
+        let egress = Egress::start(self.egress_policy()).await.map_err(|e| OciError::Transport {
+            reference: reference.to_owned(),
+            message: format!("cannot start the egress proxy: {e}"),
+        })?;
+        let pulled =
+            tokio::time::timeout(self.config.timeout, self.pull_remote(reference, &parsed, auth, &source, &egress))
+                .await
+                .map_err(|_| OciError::Timeout { reference: reference.to_owned(), after: self.config.timeout })
+                .flatten()
+                // What the proxy refused or cut is the cause, whatever
+                // the registry client made of it.
+                .map_err(|e| match egress.stopped() {
+                    Some(why) => stopped_error(reference, why),
+                    None => e,
+                })?;
         tracing::info!(
             reference,
             digest = pulled.digest,
@@ -154,9 +173,10 @@ impl OciPuller {
         parsed: &Reference,
         auth: Option<&RegistryAuth>,
         source: &str,
+        egress: &Egress,
     ) -> Result<PulledComponent, OciError> {
         let client_error = |e| OciError::from_client(reference, auth.is_some(), e);
-        let client = self.client(reference)?;
+        let client = self.client(reference, egress)?;
         let client_auth = auth.map(RegistryAuth::to_client).unwrap_or(oci_client::secrets::RegistryAuth::Anonymous);
         let (manifest, _) =
             client.pull_manifest_raw(parsed, &client_auth, media::MANIFEST_MEDIA_TYPES).await.map_err(client_error)?;
@@ -253,7 +273,18 @@ impl OciPuller {
         Ok(())
     }
 
-    fn client(&self, reference: &str) -> Result<oci_client::Client, OciError> {
+    /// Where a pull may connect and how much it may receive: a component,
+    /// two manifests (one by tag, one by digest) and room for tokens,
+    /// headers and TLS framing.
+    fn egress_policy(&self) -> EgressPolicy {
+        let max = self.config.max_bytes;
+        EgressPolicy {
+            internal: self.config.plain_http.iter().chain(&self.config.internal_registries).cloned().collect(),
+            max_bytes: max.saturating_add(max / 64).saturating_add(2 * MAX_MANIFEST_BYTES + (1 << 20)),
+        }
+    }
+
+    fn client(&self, reference: &str, egress: &Egress) -> Result<oci_client::Client, OciError> {
         let protocol = if self.config.plain_http.is_empty() {
             ClientProtocol::Https
         } else {
@@ -265,6 +296,10 @@ impl OciPuller {
             read_timeout: Some(self.config.timeout),
             // An index is never a component: do not pick a platform from it.
             platform_resolver: None,
+            // Every request, to the registry, its token realm or a
+            // redirect, goes through the pull's proxy.
+            https_proxy: Some(egress.url()),
+            http_proxy: Some(egress.url()),
             ..ClientConfig::default()
         };
         oci_client::Client::try_from(config).map_err(|e| OciError::Transport {
@@ -274,7 +309,17 @@ impl OciPuller {
     }
 }
 
-/// Parses `reference`; a pinned digest must be sha256 (the cache's names).
+fn stopped_error(reference: &str, why: Stopped) -> OciError {
+    let reference = reference.to_owned();
+    match why {
+        Stopped::Forbidden { destination, address, kind } => {
+            OciError::AddressForbidden { reference, destination, address, kind }
+        }
+        Stopped::TooMuchData { max } => OciError::ResponseTooLarge { reference, max },
+        Stopped::Unreachable { message } => OciError::Transport { reference, message },
+    }
+}
+
 /// Who fetches a pull's blobs: a hash of the registry, the repository and
 /// the credentials (their hash: no secret reaches the cache's files).
 fn source_of(parsed: &Reference, auth: Option<&RegistryAuth>) -> String {
@@ -286,6 +331,7 @@ fn source_of(parsed: &Reference, auth: Option<&RegistryAuth>) -> String {
     hex::encode(Sha256::digest(who))
 }
 
+/// Parses `reference`; a pinned digest must be sha256 (the cache's names).
 fn parse_reference(reference: &str) -> Result<Reference, OciError> {
     let invalid = |reason: String| OciError::InvalidReference { reference: reference.to_owned(), reason };
     let parsed = Reference::try_from(reference).map_err(|e| invalid(e.to_string()))?;

@@ -250,3 +250,164 @@ async fn corrupt_bytes_are_a_digest_mismatch_and_a_corrupt_cache_entry_is_fetche
     assert_eq!(&*again.bytes, b"\0asm-cached");
     assert_eq!(std::fs::read(&cached).unwrap(), b"\0asm-cached", "the cache is repaired");
 }
+
+/// A registry a tenant controls, on loopback: answers each request by
+/// its path with `answer`, and counts the bytes it sent.
+struct HostileRegistry {
+    addr: std::net::SocketAddr,
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    requests: std::sync::Arc<parking_lot::Mutex<Vec<String>>>,
+}
+
+enum Answer {
+    /// A whole response: head and body.
+    Whole(String),
+    /// A head with `Transfer-Encoding: chunked`, then chunks for ever.
+    Endless(&'static str),
+}
+
+impl HostileRegistry {
+    async fn start(answer: impl Fn(&str) -> Answer + Send + Sync + 'static) -> Self {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let requests = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let answer = std::sync::Arc::new(answer);
+        let (s, r) = (sent.clone(), requests.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (sent, requests, answer) = (s.clone(), r.clone(), answer.clone());
+                tokio::spawn(async move {
+                    let (read, mut write) = stream.into_split();
+                    let mut lines = tokio::io::BufReader::new(read).lines();
+                    while let Ok(Some(request_line)) = lines.next_line().await {
+                        while let Ok(Some(header)) = lines.next_line().await {
+                            if header.is_empty() {
+                                break;
+                            }
+                        }
+                        let path = request_line.split(' ').nth(1).unwrap_or("/").to_owned();
+                        requests.lock().push(request_line);
+                        match answer(&path) {
+                            Answer::Whole(response) => {
+                                if write.write_all(response.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                                sent.fetch_add(response.len() as u64, Ordering::Relaxed);
+                            }
+                            Answer::Endless(head) => {
+                                let _ = write.write_all(head.as_bytes()).await;
+                                let chunk = format!("4000\r\n{}\r\n", "{".repeat(0x4000));
+                                while write.write_all(chunk.as_bytes()).await.is_ok() {
+                                    sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                                }
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        HostileRegistry { addr, sent, requests }
+    }
+
+    fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    fn sent(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn whole(status: &str, headers: &str, body: &str) -> Answer {
+    Answer::Whole(format!("HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\r\n{body}", body.len()))
+}
+
+/// `oci-client` reads a manifest, a token and an error body whole: a
+/// registry answering for ever would grow the host until it is killed,
+/// with every tenant on it. The pull's proxy cuts it at the pull's budget
+/// (here 1 MiB of component, two 4 MiB manifests and 1 MiB of slack).
+#[tokio::test]
+async fn an_endless_manifest_is_cut_at_the_pull_budget() {
+    let registry = HostileRegistry::start(|path| match path {
+        "/v2/" => whole("200 OK", "", "{}"),
+        _ => Answer::Endless(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n\
+             Transfer-Encoding: chunked\r\n\r\n",
+        ),
+    })
+    .await;
+    let cache = tempfile::tempdir().unwrap();
+    let puller = OciPuller::new(OciConfig {
+        max_bytes: 1 << 20,
+        plain_http: vec![registry.host()],
+        timeout: Duration::from_secs(60),
+        ..OciConfig::new(cache.path())
+    });
+    let error = puller.pull(&format!("{}/evil/endless:1", registry.host()), None).await.unwrap_err();
+    assert!(matches!(error, OciError::ResponseTooLarge { .. }), "{error}");
+    assert_eq!(error.reason(), "TooLarge");
+    let budget = (1 << 20) + (1 << 14) + (9 << 20);
+    assert!(error.to_string().contains(&format!("{budget} bytes")), "{error}");
+    // What the registry wrote beyond the budget sits in socket buffers,
+    // not in the host.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(registry.sent() < budget + (16 << 20), "the registry kept sending: {} bytes", registry.sent());
+}
+
+/// The tenant names the registry and the registry names its token realm:
+/// neither may point the host at an internal address (a metadata service,
+/// the API server, a loopback port) unless the operator listed it.
+#[tokio::test]
+async fn a_registry_or_token_realm_at_an_internal_address_is_refused_unless_listed() {
+    // Something internal a tenant would like the host to talk to.
+    let internal = HostileRegistry::start(|_| whole("200 OK", "", r#"{"token":"from-inside"}"#)).await;
+    let realm = format!("http://{}/token", internal.host());
+    let registry = HostileRegistry::start(move |path| match path {
+        "/v2/" => whole(
+            "401 Unauthorized",
+            &format!("WWW-Authenticate: Bearer realm=\"{realm}\",service=\"registry\"\r\n"),
+            "",
+        ),
+        _ => whole("404 Not Found", "", ""),
+    })
+    .await;
+    let cache = tempfile::tempdir().unwrap();
+    let listed_registry_only = OciPuller::new(OciConfig {
+        plain_http: vec![registry.host()],
+        timeout: Duration::from_secs(30),
+        ..OciConfig::new(cache.path())
+    });
+    let reference = format!("{}/team-b/plugin:1", registry.host());
+    let error = listed_registry_only.pull(&reference, None).await.unwrap_err();
+    match &error {
+        OciError::AddressForbidden { destination, kind, .. } => {
+            assert_eq!((destination.as_str(), *kind), (internal.host().as_str(), "loopback"));
+        }
+        other => panic!("expected AddressForbidden, got {other}"),
+    }
+    assert_eq!(error.reason(), "RegistryForbidden");
+    assert!(error.to_string().contains("internal_registries"), "{error}");
+    assert!(internal.requests.lock().is_empty(), "the realm was asked: {:?}", internal.requests.lock());
+
+    // A registry at an internal address is refused the same way, before
+    // any request reaches it (over HTTPS: it is not listed at all).
+    let unlisted = OciPuller::new(OciConfig { timeout: Duration::from_secs(30), ..OciConfig::new(cache.path()) });
+    let error = unlisted.pull(&format!("{}/team-b/plugin:1", internal.host()), None).await.unwrap_err();
+    assert!(matches!(&error, OciError::AddressForbidden { kind: "loopback", .. }), "{error}");
+    assert!(internal.requests.lock().is_empty(), "the registry was asked: {:?}", internal.requests.lock());
+
+    // Listed by the operator, the realm is asked (and its token used).
+    let listed = OciPuller::new(OciConfig {
+        plain_http: vec![registry.host()],
+        internal_registries: vec![internal.host()],
+        timeout: Duration::from_secs(30),
+        ..OciConfig::new(cache.path())
+    });
+    let error = listed.pull(&reference, None).await.unwrap_err();
+    assert!(matches!(error, OciError::NotFound { .. }), "{error}");
+    assert_eq!(internal.requests.lock().len(), 1, "{:?}", internal.requests.lock());
+}

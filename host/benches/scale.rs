@@ -171,7 +171,8 @@ fn child(n: usize, reclaim: bool, cache: &Path) -> Value {
     });
     let (base, _) = rss();
 
-    let runtime = PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache.to_path_buf()) }).unwrap();
+    let runtime =
+        PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache.to_path_buf()), ..RuntimeConfig::default() }).unwrap();
     let registry = PluginRegistry::new(runtime);
     registry.add_informer("cms", informer.clone());
     for (k, i) in other_informers.iter().enumerate() {
@@ -352,7 +353,8 @@ fn main() {
         return;
     }
     // A warm disk cache: both components compiled once, here.
-    let runtime = PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache.clone()) }).unwrap();
+    let runtime =
+        PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache.clone()), ..RuntimeConfig::default() }).unwrap();
     for name in ["noop", "recorder"] {
         let mut spec = PluginSpec::new(name, plugin_build::plugin_path(name));
         spec.grants.log = true;

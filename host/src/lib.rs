@@ -9,6 +9,7 @@
 //! - [`config`], [`app`], [`metrics`], [`admin`]: the `informer-host` program.
 //! - [`names`]: the one check of plugin, informer and tenant names.
 //! - [`wasm_file`]: reading a component from a path an admin API caller chose.
+//! - [`lru_dir`]: cache directories bounded by size (OCI blobs, compiled code).
 
 pub mod admin;
 pub mod admin_api;
@@ -19,6 +20,7 @@ pub mod controller;
 pub mod coordination;
 pub mod informer;
 pub mod kube_plugins;
+pub mod lru_dir;
 pub mod metrics;
 pub mod names;
 pub mod oci;

@@ -107,7 +107,7 @@ pub fn shared_runtime() -> &'static PluginRuntime {
     static RUNTIME: OnceLock<PluginRuntime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         let cache_dir = plugin_build::repo_root().join("target").join("wasm-cache");
-        PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache_dir) }).unwrap()
+        PluginRuntime::new(RuntimeConfig { cache_dir: Some(cache_dir), ..RuntimeConfig::default() }).unwrap()
     })
 }
 

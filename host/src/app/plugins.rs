@@ -110,7 +110,10 @@ pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
 /// The wasm runtime for `config`, with its compile cache.
 pub(super) fn new_runtime(config: &Config) -> Result<PluginRuntime, PluginError> {
     let cache_dir = config.host.cache_dir.clone().or_else(default_cache_dir);
-    PluginRuntime::new(RuntimeConfig { cache_dir })
+    PluginRuntime::new(RuntimeConfig {
+        cache_dir,
+        cache_max_bytes: config.host.cache_max_size.unwrap_or(crate::plugin::DEFAULT_COMPILE_CACHE_BYTES),
+    })
 }
 
 /// `$XDG_CACHE_HOME/informer-host` or `~/.cache/informer-host`.

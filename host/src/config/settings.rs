@@ -16,6 +16,8 @@ pub struct HostSettings {
     pub metrics_addr: Option<SocketAddr>,
     /// Where compiled components are cached (resolved against the config file).
     pub cache_dir: Option<PathBuf>,
+    /// The most bytes of compiled code `cache_dir` keeps.
+    pub cache_max_size: Option<u64>,
     pub log_format: Option<LogFormat>,
     /// How long in-flight calls may take to finish at shutdown.
     pub shutdown_grace: Option<Duration>,
@@ -99,13 +101,14 @@ impl RawAdmin {
 pub(super) struct RawHost {
     metrics_addr: Option<S<String>>,
     cache_dir: Option<S<String>>,
+    cache_max_size: Option<S<String>>,
     log_format: Option<S<String>>,
     shutdown_grace: Option<S<String>>,
 }
 
 impl RawHost {
     pub(super) fn read(mut f: Fields<'_, '_>) -> Option<Self> {
-        read_table!(f, RawHost, [], [metrics_addr, cache_dir, log_format, shutdown_grace])
+        read_table!(f, RawHost, [], [metrics_addr, cache_dir, cache_max_size, log_format, shutdown_grace])
     }
 }
 
@@ -211,6 +214,12 @@ impl<'a> Cx<'a> {
         }
         if let Some(v) = &r.cache_dir {
             h.cache_dir = Some(self.path(v.get_ref()));
+        }
+        if let Some(v) = &r.cache_max_size {
+            match super::parse_size(v.get_ref()) {
+                Ok(n) => h.cache_max_size = Some(n as u64),
+                Err(e) => self.error(v.span(), format!("`cache_max_size`: {e}")),
+            }
         }
         if let Some(v) = &r.log_format {
             match LogFormat::parse(v.get_ref()) {

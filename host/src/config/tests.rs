@@ -822,3 +822,12 @@ fn plugin_resources_lists_the_registries_spoken_to_without_tls_and_at_internal_a
     assert_eq!(pr.plain_http_registries, ["registry.tools:5000"]);
     assert_eq!(pr.internal_registries, ["harbor.tools.svc", "10.0.0.5:443"]);
 }
+
+#[test]
+fn host_cache_max_size_bounds_the_compile_cache() {
+    let f = Fixture::new();
+    let config = f.parse("[host]\ncache_max_size = \"512MiB\"\n").unwrap();
+    assert_eq!(config.host.cache_max_size, Some(512 << 20));
+    let errors = f.errors("[host]\ncache_max_size = \"lots\"\n");
+    assert!(errors.len() == 1 && errors[0].starts_with("host.toml:2:18: `cache_max_size`"), "{errors:?}");
+}

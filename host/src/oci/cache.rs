@@ -145,10 +145,7 @@ fn read_verified(path: &Path, digest: &str, max_bytes: u64) -> Result<Option<Vec
     if let Some(bytes) = bytes {
         let found = sha256_digest(&bytes);
         if found == digest {
-            // Recently used: the last to be evicted.
-            if let Ok(file) = std::fs::File::options().append(true).open(path) {
-                let _ = file.set_modified(std::time::SystemTime::now());
-            }
+            crate::lru_dir::touch(path);
             return Ok(Some(bytes));
         }
         tracing::warn!(
@@ -167,43 +164,13 @@ fn read_verified(path: &Path, digest: &str, max_bytes: u64) -> Result<Option<Vec
     }
 }
 
-/// Removes the blobs used least recently (by modification time, which a
-/// read refreshes) until those left hold at most `max` bytes, never `keep`
-/// (the blob just written). Failures are logged: the cache only grows.
+/// Removes the blobs used least recently until those left hold at most
+/// `max` bytes, never `keep` (the blob just written), with their sources.
 fn evict(dir: &Path, sources: &Path, keep: &Path, max: u64) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut blobs: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let meta = e.metadata().ok()?;
-            let named = sha256_hex(&format!("sha256:{}", e.file_name().to_str()?)).is_some();
-            if !named || !meta.is_file() {
-                return None;
-            }
-            Some((meta.modified().ok()?, meta.len(), e.path()))
-        })
-        .collect();
-    let mut total: u64 = blobs.iter().map(|(_, len, _)| len).sum();
-    if total <= max {
-        return;
-    }
-    blobs.sort();
-    for (_, len, path) in blobs {
-        if total <= max {
-            break;
-        }
-        if path == keep {
-            continue;
-        }
-        match std::fs::remove_file(&path) {
-            Ok(()) => {
-                total -= len;
-                if let Some(name) = path.file_name() {
-                    let _ = std::fs::remove_file(sources.join(name));
-                }
-                tracing::info!(path = %path.display(), "evicted from the blob cache");
-            }
-            Err(e) => tracing::warn!(path = %path.display(), "cannot evict from the blob cache: {e}"),
+    let is_blob = |name: &str| sha256_hex(&format!("sha256:{name}")).is_some();
+    for path in crate::lru_dir::evict(dir, max, keep, is_blob) {
+        if let Some(name) = path.file_name() {
+            let _ = std::fs::remove_file(sources.join(name));
         }
     }
 }

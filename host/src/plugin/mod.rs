@@ -240,11 +240,25 @@ impl PluginSpec {
 }
 
 /// Engine-wide settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Where compiled components are kept across restarts (`None`: memory only).
     pub cache_dir: Option<PathBuf>,
+    /// The most bytes of compiled code `cache_dir` keeps: past it, the
+    /// files used least recently are removed (a tenant loading new
+    /// components again and again must not fill the disk).
+    pub cache_max_bytes: u64,
 }
+
+impl Default for RuntimeConfig {
+    /// No disk cache; 2 GiB when one is set.
+    fn default() -> Self {
+        RuntimeConfig { cache_dir: None, cache_max_bytes: DEFAULT_COMPILE_CACHE_BYTES }
+    }
+}
+
+/// The default bound of the compile cache on disk.
+pub const DEFAULT_COMPILE_CACHE_BYTES: u64 = 2 << 30;
 
 /// Counters of one plugin, beyond the listener's delivered/failed/crashed.
 #[derive(Debug, Default)]

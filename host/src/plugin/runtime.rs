@@ -69,6 +69,7 @@ impl Compiled {
 struct Inner {
     engine: Engine,
     cache_dir: Option<PathBuf>,
+    cache_max_bytes: u64,
     compiled: Mutex<Compiled>,
     linkers: Mutex<HashMap<Grants, Arc<Linker<Sandbox>>>>,
     ticker: Arc<Ticker>,
@@ -150,6 +151,7 @@ impl PluginRuntime {
             inner: Arc::new(Inner {
                 engine,
                 cache_dir: config.cache_dir,
+                cache_max_bytes: config.cache_max_bytes,
                 compiled: Mutex::default(),
                 linkers: Mutex::new(HashMap::new()),
                 ticker: Arc::new(Ticker { stop, reaper: Arc::default() }),
@@ -219,6 +221,7 @@ impl PluginRuntime {
             // into a cache directory this process owns.
             match unsafe { Component::deserialize_file(engine, path) } {
                 Ok(c) => {
+                    crate::lru_dir::touch(path);
                     self.inner.compiled.lock().insert(hash.to_string(), c.clone());
                     return Ok((c, true));
                 }
@@ -234,16 +237,25 @@ impl PluginRuntime {
         })?;
         if let Some(path) = &cached_file {
             match c.serialize() {
-                Ok(b) => {
-                    if let Err(e) = write_atomically(path, &b) {
-                        tracing::warn!(plugin = %spec.name, "cannot write compile cache {}: {e}", path.display());
+                Ok(b) => match write_atomically(path, &b) {
+                    Ok(()) => self.evict_compiled(path),
+                    Err(e) => {
+                        tracing::warn!(plugin = %spec.name, "cannot write compile cache {}: {e}", path.display())
                     }
-                }
+                },
                 Err(e) => tracing::warn!(plugin = %spec.name, "cannot serialize component: {e:#}"),
             }
         }
         self.inner.compiled.lock().insert(hash.to_string(), c.clone());
         Ok((c, false))
+    }
+
+    /// Keeps the compile cache under its bound, never removing `written`.
+    /// Files of other engine versions are never read, so they go first.
+    fn evict_compiled(&self, written: &Path) {
+        if let Some(dir) = written.parent() {
+            crate::lru_dir::evict(dir, self.inner.cache_max_bytes, written, |name| name.ends_with(".cwasm"));
+        }
     }
 
     /// Reads, compiles (or loads from cache) and type-checks a plugin, then
@@ -443,5 +455,74 @@ mod tests {
         assert_eq!((compiled.by_hash.len(), compiled.order.len()), (MAX_COMPILED_IN_MEMORY, MAX_COMPILED_IN_MEMORY));
         assert!(compiled.get("h9").is_none(), "the oldest went first");
         assert!(compiled.get("h10").is_some() && compiled.get(&format!("h{}", MAX_COMPILED_IN_MEMORY + 9)).is_some());
+    }
+}
+
+#[cfg(test)]
+mod compile_cache_tests {
+    use super::*;
+    use crate::plugin::{PluginSpec, RuntimeConfig};
+
+    /// The empty component with a custom section holding `tag`: a distinct
+    /// component (and hash) per tag.
+    fn component(tag: u8) -> Vec<u8> {
+        let mut bytes = b"\0asm\x0d\x00\x01\x00".to_vec();
+        bytes.extend_from_slice(&[0x00, 3, 1, b't', tag]);
+        bytes
+    }
+
+    fn cached_files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".cwasm"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A tenant loading new components again and again cannot fill the
+    /// host's disk with compiled code: past the bound, the files used
+    /// least recently go, and a reused one stays.
+    #[test]
+    fn the_compile_cache_on_disk_keeps_the_most_recently_used_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let compile = |runtime: &PluginRuntime, tag: u8| {
+            let bytes = component(tag);
+            let hash = hex::encode(Sha256::digest(&bytes));
+            runtime.compile(&PluginSpec::new(format!("p{tag}"), "p.wasm"), &bytes, &hash).unwrap();
+            hash
+        };
+        let unbounded =
+            PluginRuntime::new(RuntimeConfig { cache_dir: Some(dir.path().into()), ..Default::default() }).unwrap();
+        let first = compile(&unbounded, 0);
+        let one_file = std::fs::metadata(dir.path().join(&cached_files(dir.path())[0])).unwrap().len();
+
+        // Room for three compiled files.
+        let bounded = PluginRuntime::new(RuntimeConfig {
+            cache_dir: Some(dir.path().into()),
+            cache_max_bytes: 3 * one_file + 10,
+        })
+        .unwrap();
+        let hashes: Vec<String> = (1..=2).map(|tag| compile(&bounded, tag)).collect();
+        // A restart reading the first one again marks it used.
+        std::thread::sleep(Duration::from_millis(20));
+        let restarted = PluginRuntime::new(RuntimeConfig {
+            cache_dir: Some(dir.path().into()),
+            cache_max_bytes: 3 * one_file + 10,
+        })
+        .unwrap();
+        let (_, from_cache) = restarted.compile(&PluginSpec::new("p0", "p.wasm"), &component(0), &first).unwrap();
+        assert!(from_cache);
+        let mut newer = Vec::new();
+        for tag in 3..=4 {
+            std::thread::sleep(Duration::from_millis(20));
+            newer.push(compile(&restarted, tag));
+        }
+        let left = cached_files(dir.path());
+        let kept = |hash: &str| left.iter().any(|n| n.starts_with(hash));
+        assert_eq!(left.len(), 3, "{left:?}");
+        assert!(kept(&first) && kept(&newer[0]) && kept(&newer[1]), "{left:?}");
+        assert!(!kept(&hashes[0]) && !kept(&hashes[1]), "{left:?}");
     }
 }

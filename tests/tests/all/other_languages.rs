@@ -675,7 +675,11 @@ async fn measure(plugin: &str, ks: &[usize]) -> Figures {
     assert!(!loaded.info.from_cache);
     // Compiled code from the disk cache (as a restarted host sees it).
     let _ = try_load(s.clone()).unwrap();
-    let cached_rt = PluginRuntime::new(RuntimeConfig { cache_dir: Some(repo().join("target/wasm-cache")) }).unwrap();
+    let cached_rt = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(repo().join("target/wasm-cache")),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
     let cached = cached_rt.load(s.clone()).unwrap();
     assert!(cached.info.from_cache);
 

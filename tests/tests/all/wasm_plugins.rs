@@ -339,7 +339,7 @@ async fn bad_inputs_get_clear_errors_and_the_informer_keeps_serving() {
 async fn compiled_components_are_cached_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::default();
-    let cfg = RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()) };
+    let cfg = RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..RuntimeConfig::default() };
     let first = PluginRuntime::new(cfg.clone()).unwrap().load(spec("r", "recorder", &log)).unwrap();
     assert!(!first.info.from_cache);
     let second = PluginRuntime::new(cfg).unwrap().load(spec("r", "recorder", &log)).unwrap();

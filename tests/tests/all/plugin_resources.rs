@@ -216,6 +216,31 @@ async fn a_plugin_resource_loads_reports_its_status_swaps_without_loss_and_unloa
     .await;
 }
 
+/// A tenant at its policy's `maxPlugins` (2 here) gets no more: the third
+/// Plugin is refused `TenantFull` before its component is fetched (its
+/// key does not even exist, and the refusal says the tenant is full, not
+/// that the component is missing), and is taken up again once a plugin of
+/// the tenant goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_tenant_gets_no_more_plugins_and_nothing_is_fetched_for_them() {
+    let c = cluster().await;
+    for (name, key) in [("one", "v1.wasm"), ("two", "v2.wasm"), ("three", "missing.wasm")] {
+        c.plugins().create(&PostParams::default(), &Plugin::new(name, recorder_spec(key))).await.unwrap();
+        if name != "three" {
+            c.until("loaded", |c| c.condition(name, "Ready").is_some_and(|r| r.0 == "True")).await;
+        }
+    }
+    c.until("the third refused", |c| c.condition("three", "Ready").is_some_and(|r| r.0 == "False")).await;
+    let (_, reason, message) = c.condition("three", "Ready").unwrap();
+    assert_eq!(reason, "TenantFull", "{message}");
+    assert!(message.contains("already runs 2 plugin(s)"), "{message}");
+    assert_eq!(c.resources.loaded().len(), 2);
+
+    c.plugins().delete("one", &DeleteParams::default()).await.unwrap();
+    c.until("the third taken up again", |c| c.condition("three", "Ready").is_some_and(|r| r.1 == "ComponentNotFound"))
+        .await;
+}
+
 /// A tenant whose component spends long in `init` (here 8 s asleep, within
 /// the 20 s its 2 s deadline gives `init`) holds back only its own
 /// namespace: another tenant's Plugin created meanwhile is Ready first.

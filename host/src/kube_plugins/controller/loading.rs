@@ -17,6 +17,26 @@ use crate::plugin::{OnTrap, PluginSpec as RuntimeSpec};
 use crate::registry::{PluginDef, TenantPolicy as RegistryTenant};
 
 impl PluginResources {
+    /// The refusal of a plugin not running yet whose tenant already runs
+    /// as many plugins as its policy allows. Checked before the component
+    /// is fetched (a full tenant's plugins cost no pulls, no compiles) and
+    /// again when it loads.
+    pub(super) fn tenant_full(&self, key: &str, namespace: &str, effective: &Effective) -> Option<Refusal> {
+        let max = effective.max_plugins?;
+        let loaded = self.loaded.lock();
+        if loaded.contains_key(key) {
+            return None;
+        }
+        let running = loaded.keys().filter(|k| k.split_once('/').is_some_and(|(ns, _)| ns == namespace)).count();
+        (running >= max).then(|| Refusal {
+            reason: "TenantFull",
+            message: format!(
+                "tenant {namespace:?} already runs {running} plugin(s), the most TenantPolicy {:?} allows",
+                effective.policy
+            ),
+        })
+    }
+
     pub(super) async fn load(
         &self,
         key: &str,
@@ -27,17 +47,9 @@ impl PluginResources {
     ) -> Result<String, (Refusal, bool)> {
         let namespace = plugin.namespace().unwrap_or_default();
         let name = registry_name(&namespace, &plugin.name_any());
-        if let Some(max) = effective.max_plugins {
-            let running =
-                self.loaded.lock().keys().filter(|k| k.split_once('/').is_some_and(|(ns, _)| ns == namespace)).count();
-            if running >= max {
-                let message = format!(
-                    "tenant {namespace:?} already runs {running} plugin(s), the most TenantPolicy {:?} allows",
-                    effective.policy
-                );
-                // A deletion in the namespace requeues it.
-                return Err((Refusal { reason: "TenantFull", message }, true));
-            }
+        if let Some(refusal) = self.tenant_full(key, &namespace, effective) {
+            // A deletion in the namespace requeues it.
+            return Err((refusal, true));
         }
         if let Some(c) = &effective.controller {
             return self.load_controller(key, plugin, effective, c, settings, fetched).await;

@@ -409,6 +409,11 @@ impl PluginResources {
                 return Next::Done;
             }
         };
+        if let Some(refusal) = self.tenant_full(key, &namespace, &effective) {
+            // A deletion in the namespace requeues it.
+            self.write_status(&plugin, self.failed(key, &plugin, &refusal)).await;
+            return Next::Retry;
+        }
         let fetched = match component::fetch(
             &self.client,
             self.options.oci.as_deref(),

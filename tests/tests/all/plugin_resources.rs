@@ -224,20 +224,20 @@ async fn a_plugin_resource_loads_reports_its_status_swaps_without_loss_and_unloa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_tenant_gets_no_more_plugins_and_nothing_is_fetched_for_them() {
     let c = cluster().await;
-    for (name, key) in [("one", "v1.wasm"), ("two", "v2.wasm"), ("three", "missing.wasm")] {
+    for (name, key) in [("p1", "v1.wasm"), ("p2", "v2.wasm"), ("p3", "missing.wasm")] {
         c.plugins().create(&PostParams::default(), &Plugin::new(name, recorder_spec(key))).await.unwrap();
-        if name != "three" {
+        if name != "p3" {
             c.until("loaded", |c| c.condition(name, "Ready").is_some_and(|r| r.0 == "True")).await;
         }
     }
-    c.until("the third refused", |c| c.condition("three", "Ready").is_some_and(|r| r.0 == "False")).await;
-    let (_, reason, message) = c.condition("three", "Ready").unwrap();
+    c.until("the third refused", |c| c.condition("p3", "Ready").is_some_and(|r| r.0 == "False")).await;
+    let (_, reason, message) = c.condition("p3", "Ready").unwrap();
     assert_eq!(reason, "TenantFull", "{message}");
-    assert!(message.contains("already runs 2 plugin(s)"), "{message}");
+    assert!(message.contains("runs the 2 oldest Plugins") && message.contains("2 are older"), "{message}");
     assert_eq!(c.resources.loaded().len(), 2);
 
-    c.plugins().delete("one", &DeleteParams::default()).await.unwrap();
-    c.until("the third taken up again", |c| c.condition("three", "Ready").is_some_and(|r| r.1 == "ComponentNotFound"))
+    c.plugins().delete("p1", &DeleteParams::default()).await.unwrap();
+    c.until("the third taken up again", |c| c.condition("p3", "Ready").is_some_and(|r| r.1 == "ComponentNotFound"))
         .await;
 }
 
@@ -470,6 +470,62 @@ async fn replicas_share_plugin_resources_through_leases_each_running_on_exactly_
     let rest: Vec<Arc<PluginResources>> = replicas.lock().iter().map(|r| r.resources.clone()).collect();
     for r in rest {
         r.shutdown().await;
+    }
+}
+
+/// `maxPlugins` holds across replicas: each replica ranks the namespace's
+/// Plugins the same way (oldest first) and runs only those within the cap,
+/// so two replicas run 2 of 4 Plugins, not 2 each. Lowering the cap stops
+/// the newest; deleting one lets the next in line run, wherever it lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_plugins_holds_across_replicas_and_a_lowered_cap_stops_the_newest() {
+    let (server, client) = tenant_cluster(Some(2)).await;
+    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    for i in 0..4 {
+        plugins.create(&PostParams::default(), &Plugin::new(&format!("p{i}"), recorder_spec("v1.wasm"))).await.unwrap();
+    }
+    let replicas: Vec<Replica> = (0..2).map(|i| replica(&client, i)).collect();
+    let all_running = || {
+        let mut names: Vec<String> = running(&replicas).into_iter().flatten().collect();
+        names.sort();
+        names
+    };
+    let reason = |name: &str| {
+        let status = server.get("informer-host.dev/v1alpha1", "Plugin", Some(NS), name).unwrap()["status"].clone();
+        let ready = status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
+        ready.map(|r| r["reason"].as_str().unwrap_or_default().to_owned()).unwrap_or_default()
+    };
+    let refused = |names: &[&str]| names.iter().all(|n| reason(n) == "TenantFull");
+    let (p0, p1) = ("p0-", "p1-");
+    let oldest = |n: usize| {
+        let names: Vec<String> = all_running();
+        names.len() == n && names.iter().all(|r| [p0, p1][..n].iter().any(|p| r.starts_with(p)))
+    };
+    assert!(
+        wait_until(LOAD, || refused(&["p2", "p3"]) && oldest(2)).await,
+        "two of four: {:?}, p2 {:?}, p3 {:?}",
+        all_running(),
+        reason("p2"),
+        reason("p3")
+    );
+    // It stays so: the replicas each counting only their own would run more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(oldest(2), "{:?}", all_running());
+
+    let policies: Api<TenantPolicy> = Api::all(client.clone());
+    let lower = json!({"spec": {"maxPlugins": 1}});
+    policies.patch("team-a", &PatchParams::default(), &Patch::Merge(&lower)).await.unwrap();
+    assert!(wait_until(LOAD, || oldest(1) && refused(&["p1"])).await, "{:?}", all_running());
+
+    plugins.delete("p0", &DeleteParams::default()).await.unwrap();
+    assert!(
+        wait_until(LOAD, || all_running().len() == 1 && all_running()[0].starts_with(p1)).await,
+        "{:?}",
+        all_running()
+    );
+    for r in replicas {
+        r.resources.shutdown().await;
     }
 }
 

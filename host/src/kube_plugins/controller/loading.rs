@@ -9,6 +9,7 @@ use kube::ResourceExt;
 
 use super::{Loaded, PluginResources, registry_name};
 use crate::controller::ControllerRunner;
+use crate::informer::{NAMESPACE_INDEX, ObjectRef};
 use crate::kube_plugins::component::Fetched;
 use crate::kube_plugins::crd::{Plugin, WatchSpec};
 use crate::kube_plugins::policy::{ControllerSettings, Effective, Refusal};
@@ -17,6 +18,35 @@ use crate::plugin::{OnTrap, PluginSpec as RuntimeSpec};
 use crate::registry::{PluginDef, TenantPolicy as RegistryTenant};
 
 impl PluginResources {
+    /// The refusal of a Plugin past its tenant's `maxPlugins`, counted
+    /// across the cluster: every replica ranks a namespace's Plugins the
+    /// same way (oldest `creationTimestamp` first, then name; those being
+    /// deleted do not count) and runs only the first `maxPlugins`, so N
+    /// replicas cannot run N times the cap, and a cap lowered unloads the
+    /// newest.
+    pub(super) fn beyond_max_plugins(&self, key: &str, namespace: &str, effective: &Effective) -> Option<Refusal> {
+        let max = effective.max_plugins?;
+        let plugins = self.plugins.store().by_index(NAMESPACE_INDEX, namespace).ok()?;
+        let order = |o: &ObjectRef| {
+            let created = o.pointer_value("/metadata/creationTimestamp");
+            (created.and_then(|v| v.as_str().map(str::to_owned)), o.name().to_owned())
+        };
+        let mine = order(plugins.iter().find(|o| o.key() == key)?);
+        let ahead = plugins
+            .iter()
+            .filter(|o| o.key() != key && o.pointer_value("/metadata/deletionTimestamp").is_none())
+            .filter(|o| order(o) < mine)
+            .count();
+        (ahead >= max).then(|| Refusal {
+            reason: "TenantFull",
+            message: format!(
+                "TenantPolicy {:?} runs the {max} oldest Plugins of namespace {namespace:?} (maxPlugins), \
+                 and {ahead} are older than this one",
+                effective.policy
+            ),
+        })
+    }
+
     /// The refusal of a plugin not running yet whose tenant already runs
     /// as many plugins as its policy allows. Checked before the component
     /// is fetched (a full tenant's plugins cost no pulls, no compiles) and

@@ -33,7 +33,7 @@ use crate::cluster::ClusterWriter;
 use crate::cluster::kube_writer::KubeWriter;
 use crate::controller::ControllerRunner;
 use crate::coordination::Coordinator;
-use crate::informer::{FnHandler, InformerOptions, Notification, ObjectRef, SharedIndexInformer};
+use crate::informer::{FnHandler, InformerOptions, NAMESPACE_INDEX, Notification, ObjectRef, SharedIndexInformer};
 use crate::metrics::PluginResourcesSnapshot;
 use crate::oci::OciPuller;
 use crate::plugin::{Limits, LogSink};
@@ -289,9 +289,19 @@ impl PluginResources {
                 Notification::Update { old, new } if !wants_reconcile(old, new) => {}
                 Notification::Update { .. } => this.queue.add(n.key().to_string()),
                 // The set of plugins changed: the replicas share the new one.
-                _ => {
+                Notification::Add { .. } => {
                     this.share_plugins();
                     this.queue.add(n.key().to_string());
+                }
+                // A Plugin gone may make room under its tenant's cap, on
+                // whichever replica runs the next in line.
+                Notification::Delete(_) => {
+                    this.share_plugins();
+                    this.queue.add(n.key().to_string());
+                    let namespace = n.key().split_once('/').map_or("", |(ns, _)| ns);
+                    if let Ok(others) = this.plugins.store().by_index(NAMESPACE_INDEX, namespace) {
+                        others.iter().for_each(|o| this.queue.add(o.key().to_string()));
+                    }
                 }
             }
             Ok(())
@@ -409,6 +419,12 @@ impl PluginResources {
                 return Next::Done;
             }
         };
+        if let Some(refusal) = self.beyond_max_plugins(key, &namespace, &effective) {
+            // Whichever replica runs it: a Plugin past the cap stops.
+            self.unload(key).await;
+            self.write_status(&plugin, self.refused(&plugin, &refusal)).await;
+            return Next::Done;
+        }
         if let Some(refusal) = self.tenant_full(key, &namespace, &effective) {
             // A deletion in the namespace requeues it.
             self.write_status(&plugin, self.failed(key, &plugin, &refusal)).await;

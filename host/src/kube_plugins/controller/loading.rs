@@ -27,16 +27,24 @@ impl PluginResources {
     pub(super) fn beyond_max_plugins(&self, key: &str, namespace: &str, effective: &Effective) -> Option<Refusal> {
         let max = effective.max_plugins?;
         let plugins = self.plugins.store().by_index(NAMESPACE_INDEX, namespace).ok()?;
-        let order = |o: &ObjectRef| {
-            let created = o.pointer_value("/metadata/creationTimestamp");
-            (created.and_then(|v| v.as_str().map(str::to_owned)), o.name().to_owned())
+        // Only the two timestamps are read; the rest of each object is
+        // skipped, not built.
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta {
+            creation_timestamp: Option<String>,
+            deletion_timestamp: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Ranked {
+            metadata: Meta,
+        }
+        let rank = |o: &ObjectRef| {
+            let meta = o.parse::<Ranked>().ok()?.metadata;
+            meta.deletion_timestamp.is_none().then(|| (meta.creation_timestamp, o.name().to_owned()))
         };
-        let mine = order(plugins.iter().find(|o| o.key() == key)?);
-        let ahead = plugins
-            .iter()
-            .filter(|o| o.key() != key && o.pointer_value("/metadata/deletionTimestamp").is_none())
-            .filter(|o| order(o) < mine)
-            .count();
+        let mine = rank(plugins.iter().find(|o| o.key() == key)?)?;
+        let ahead = plugins.iter().filter(|o| o.key() != key).filter_map(rank).filter(|r| *r < mine).count();
         (ahead >= max).then(|| Refusal {
             reason: "TenantFull",
             message: format!(

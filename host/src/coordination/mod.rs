@@ -18,7 +18,9 @@
 //! - Every `retry_period` a replica renews its membership, lists the
 //!   managed leases, renews the plugin leases it holds, releases those above
 //!   its fair share ⌈P/N⌉ (a hand-over: others take them on their next
-//!   round), and acquires free or expired ones while below it, in its own
+//!   round; with [`Coordinator::confirm_stops`], only once the caller
+//!   stopped running them, the lease renewed meanwhile), and acquires free
+//!   or expired ones while below it, in its own
 //!   rendezvous-hash order so replicas rarely race for the same lease.
 //!   Writes carry the listed `resourceVersion`: of two replicas taking one
 //!   lease, one gets `409 Conflict` and leaves it.
@@ -242,6 +244,28 @@ impl Coordinator {
     /// plugin's events only while its key is in here.
     pub fn owned(&self) -> watch::Receiver<BTreeSet<String>> {
         self.shared.owned.subscribe()
+    }
+
+    /// From now on, a plugin handed over to another replica (this one is
+    /// above its fair share) leaves the owned set at once but keeps its
+    /// lease, renewed, until [`Coordinator::stopped`] says the caller
+    /// stopped running it: the other replica cannot start it while this
+    /// one still finishes what it was doing. Without it, the lease is
+    /// released in the same round. A lease lost to expiry does not wait.
+    pub fn confirm_stops(&self) {
+        self.shared.set_confirm_stops();
+    }
+
+    /// The caller stopped running `key` after it left the owned set: its
+    /// lease, kept since the hand-over, is released at once.
+    pub fn stopped(&self, key: &str) {
+        self.shared.stopped(key);
+    }
+
+    /// Keys handed over whose stop [`Coordinator::stopped`] has not
+    /// confirmed yet.
+    pub fn handing_over(&self) -> Vec<String> {
+        self.shared.handing_over_keys()
     }
 
     /// Whether this replica owns `key` now.

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -30,6 +31,14 @@ pub(super) struct Shared {
     /// Owned keys and the instant each stops being owned unless renewed.
     held: Mutex<BTreeMap<String, Instant>>,
     held_changed: Notify,
+    /// Whether a handed-over key keeps its lease until the caller says it
+    /// stopped ([`super::Coordinator::confirm_stops`]).
+    confirm_stops: AtomicBool,
+    /// Keys handed over, no longer owned, whose leases this replica keeps
+    /// renewing until the caller stopped them (`true` once it did).
+    handing_over: Mutex<BTreeMap<String, bool>>,
+    /// Wakes the rounds early (a stop confirmed: hand it over now).
+    wake: Notify,
     pub counters: Counters,
 }
 
@@ -41,6 +50,9 @@ impl Shared {
             owned: watch::Sender::new(BTreeSet::new()),
             held: Mutex::new(BTreeMap::new()),
             held_changed: Notify::new(),
+            confirm_stops: AtomicBool::new(false),
+            handing_over: Mutex::new(BTreeMap::new()),
+            wake: Notify::new(),
             counters: Counters::default(),
         }
     }
@@ -88,6 +100,39 @@ impl Shared {
         let was = held.remove(key).is_some();
         self.publish(&held);
         was
+    }
+
+    /// Stops owning `key` to hand it over; whether its lease may be
+    /// released now (else it is kept until [`Shared::stopped`]). The entry
+    /// is made before the owned set changes, so a confirmation always
+    /// finds it.
+    fn hand_over(&self, key: &str) -> bool {
+        let confirm = self.confirm_stops.load(Ordering::Relaxed);
+        if confirm {
+            self.handing_over.lock().insert(key.to_string(), false);
+        }
+        self.unhold(key);
+        !confirm
+    }
+
+    pub fn set_confirm_stops(&self) {
+        self.confirm_stops.store(true, Ordering::Relaxed);
+    }
+
+    /// The caller stopped `key`: a hand-over waiting for it completes.
+    pub fn stopped(&self, key: &str) {
+        if let Some(stopped) = self.handing_over.lock().get_mut(key) {
+            *stopped = true;
+            self.wake.notify_one();
+        }
+    }
+
+    pub fn handing_over_keys(&self) -> Vec<String> {
+        self.handing_over.lock().iter().filter(|(_, stopped)| !**stopped).map(|(k, _)| k.clone()).collect()
+    }
+
+    fn is_handing_over(&self, key: &str) -> bool {
+        self.handing_over.lock().contains_key(key)
     }
 
     fn unhold_all(&self) {
@@ -143,6 +188,8 @@ pub(super) async fn run(shared: Arc<Shared>, api: Api<Lease>, stop: Cancellation
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = sleep_until(next) => {}
+            // A confirmed stop is handed over at once.
+            _ = shared.wake.notified() => {}
             // A new plugin set gets a round at once.
             _ = plugins.changed() => {}
         }
@@ -220,8 +267,27 @@ impl Rounds {
             if key.is_none_or(|k| !plugins.contains(k)) {
                 if let Some(k) = key {
                     self.shared.unhold(k);
+                    self.shared.handing_over.lock().remove(k);
                 }
                 self.release(name, lease).await;
+            }
+        }
+        // Hand-overs waiting for the caller: release those it stopped,
+        // keep the others' leases so nobody takes them yet.
+        let waiting: Vec<(String, bool)> =
+            self.shared.handing_over.lock().iter().map(|(k, s)| (k.clone(), *s)).collect();
+        for (key, stopped) in waiting {
+            let name = plugin_lease_name(&key);
+            match leases.get(&name).filter(|l| holder(l) == me) {
+                Some(lease) if stopped => {
+                    self.shared.handing_over.lock().remove(&key);
+                    self.release(&name, &lease.clone()).await;
+                }
+                Some(lease) => self.keep(&key, &lease.clone()).await,
+                // Gone, or taken after it expired: nothing to hand over.
+                None => {
+                    self.shared.handing_over.lock().remove(&key);
+                }
             }
         }
         for key in self.shared.held_keys() {
@@ -234,7 +300,10 @@ impl Rounds {
         held.sort_by_key(|k| preference(&me, k));
         while held.len() > share {
             let key = held.remove(0);
-            self.shared.unhold(&key);
+            if !self.shared.hand_over(&key) {
+                // Kept, then released once the caller stopped it.
+                continue;
+            }
             let name = plugin_lease_name(&key);
             if let Some(lease) = leases.get(&name) {
                 self.release(&name, &lease.clone()).await;
@@ -248,7 +317,8 @@ impl Rounds {
         if self.rounds < 2 {
             return Ok(());
         }
-        let mut candidates: Vec<&String> = plugins.iter().filter(|k| !self.shared.is_held(k)).collect();
+        let mut candidates: Vec<&String> =
+            plugins.iter().filter(|k| !self.shared.is_held(k) && !self.shared.is_handing_over(k)).collect();
         candidates.sort_by_key(|k| std::cmp::Reverse(preference(&me, k)));
         for key in candidates {
             if self.shared.held_keys().len() >= share {
@@ -393,6 +463,19 @@ impl Rounds {
         }
     }
 
+    /// Renews the lease of a key handed over but not yet stopped by the
+    /// caller: held by this replica, not owned, so no other replica takes
+    /// it while the caller still runs it.
+    async fn keep(&self, key: &str, lease: &Lease) {
+        let cfg = self.cfg();
+        let name = plugin_lease_name(key);
+        let renewed = held_by(lease, &cfg.identity, cfg.lease_duration, SystemTime::now());
+        match self.api.replace(&name, &PostParams::default(), &renewed).await {
+            Ok(_) => tracing::trace!(identity = %cfg.identity, plugin = %key, "kept until stopped"),
+            Err(e) => tracing::debug!(identity = %cfg.identity, plugin = %key, error = %e, "keeping a lease failed"),
+        }
+    }
+
     /// Hands a lease over (the caller stopped owning it first).
     async fn release(&self, name: &str, lease: &Lease) {
         Counters::add(&self.shared.counters.releases, 1);
@@ -408,6 +491,7 @@ impl Rounds {
     /// drops for everyone), releases every plugin lease it holds.
     async fn release_all(&mut self) {
         self.shared.unhold_all();
+        self.shared.handing_over.lock().clear();
         let me = self.cfg().identity.clone();
         let membership = replica_lease_name(&me);
         if let Err(e) = self.api.delete(&membership, &DeleteParams::default()).await

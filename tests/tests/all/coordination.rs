@@ -246,6 +246,53 @@ async fn a_new_replica_gets_its_share_handed_over_and_a_removed_plugin_is_releas
     checker.task.abort();
 }
 
+/// With `confirm_stops` (as the Plugin host runs it), a plugin handed over
+/// leaves the owned set at once but keeps its lease, renewed, until the
+/// replica handing it over says it stopped: the newcomer cannot start it
+/// while the old owner still finishes a reconcile, however long (here two
+/// lease durations); each confirmed stop is taken over within a round.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_waits_until_the_old_owner_stopped_the_plugin() {
+    let server = server().await;
+    let a = Coordinator::start(server.client(), config("replica-a"), CancellationToken::new()).unwrap();
+    a.confirm_stops();
+    a.set_plugins(keys());
+    let ra = a.owned();
+    wait_for("a owns every plugin", 3 * RETRY, || ra.borrow().len() == P).await;
+
+    let b = Coordinator::start(server.client(), config("replica-b"), CancellationToken::new()).unwrap();
+    b.set_plugins(keys());
+    let rb = b.owned();
+    let checker = Checker::start(vec![ra.clone(), rb.clone()]);
+    // Only exclusivity is checked while a still holds what it took alone.
+    *checker.alive.lock() = 1;
+    let share = fair_share(P, 2);
+    wait_for("a hands over its surplus", 4 * RETRY, || ra.borrow().len() == P - share).await;
+    tokio::time::sleep(2 * LEASE).await;
+    assert!(rb.borrow().is_empty(), "b took plugins a had not stopped: {:?}", rb.borrow());
+    let mut waiting = a.handing_over();
+    assert_eq!(waiting.len(), share, "{waiting:?}");
+    for key in &waiting {
+        assert_eq!(holder_of(&server, key).as_deref(), Some("replica-a"), "{key}: the lease was kept");
+    }
+
+    let stopped: Vec<String> = waiting.drain(..2).collect();
+    stopped.iter().for_each(|k| a.stopped(k));
+    let took = wait_for("b takes the two stopped", 2 * RETRY, || stopped.iter().all(|k| rb.borrow().contains(k))).await;
+    eprintln!("a confirmed stop was taken over after {took:?} (virtual)");
+    tokio::time::sleep(3 * RETRY).await;
+    assert_eq!(rb.borrow().len(), 2, "only the stopped ones: {:?}", rb.borrow());
+
+    waiting.iter().for_each(|k| a.stopped(k));
+    wait_for("b gets its share", 2 * RETRY, || rb.borrow().len() == share).await;
+    assert!(a.handing_over().is_empty());
+    assert_eq!(a.stats().losses, 0, "a handed over, it lost nothing");
+    a.shutdown().await;
+    b.shutdown().await;
+    checker.assert_clean();
+    checker.task.abort();
+}
+
 /// A loopback TCP proxy to the API server that can be cut: after `cut`,
 /// open connections and new ones hang (a network partition, not a refusal).
 async fn cuttable_proxy(upstream: std::net::SocketAddr, cut: CancellationToken) -> String {

@@ -529,6 +529,46 @@ async fn max_plugins_holds_across_replicas_and_a_lowered_cap_stops_the_newest() 
     }
 }
 
+/// A replica joining later gets its share handed over: the replica that
+/// ran everything stops each plugin it hands over first, and only then
+/// releases its lease (the coordinator keeps it until told), so the two
+/// never run one plugin at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_joining_later_gets_its_share_once_the_first_stopped_it() {
+    const P: usize = 4;
+    let (server, client) = tenant_cluster(None).await;
+    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    for i in 0..P {
+        plugins.create(&PostParams::default(), &Plugin::new(&format!("p{i}"), recorder_spec("v1.wasm"))).await.unwrap();
+    }
+    let replicas = Arc::new(parking_lot::Mutex::new(vec![replica(&client, 0)]));
+    let counts =
+        |r: &Arc<parking_lot::Mutex<Vec<Replica>>>| running(&r.lock()).iter().map(Vec::len).collect::<Vec<_>>();
+    assert!(wait_until(LOAD, || counts(&replicas) == [P]).await, "{:?}", running(&replicas.lock()));
+
+    let doubled = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let sampler = tokio::spawn({
+        let (replicas, doubled) = (replicas.clone(), doubled.clone());
+        async move {
+            loop {
+                let all: Vec<String> = running(&replicas.lock()).into_iter().flatten().collect();
+                let mut seen = std::collections::BTreeSet::new();
+                all.into_iter().filter(|n| !seen.insert(n.clone())).for_each(|n| doubled.lock().push(n));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    replicas.lock().push(replica(&client, 1));
+    assert!(wait_until(LOAD, || counts(&replicas) == [2, 2]).await, "{:?}", running(&replicas.lock()));
+    sampler.abort();
+    assert!(doubled.lock().is_empty(), "plugins running on two replicas at once: {:?}", doubled.lock());
+    let rest: Vec<Arc<PluginResources>> = replicas.lock().iter().map(|r| r.resources.clone()).collect();
+    for r in rest {
+        r.shutdown().await;
+    }
+}
+
 /// The host as deployed: `[plugin_resources]` in its TOML (with leases),
 /// a kubeconfig; a tenant's Plugin is loaded and Ready, the host's
 /// membership and plugin Leases are in the namespace, and a graceful

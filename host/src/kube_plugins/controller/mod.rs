@@ -185,6 +185,9 @@ impl PluginResources {
             finished: CancellationToken::new(),
         });
         if let Some(c) = coordinator {
+            // A plugin handed over keeps its lease until it stopped here:
+            // a controller's in-flight reconcile finishes first.
+            c.confirm_stops();
             tokio::spawn(this.clone().follow_ownership(c.owned()));
             *this.coordinator.lock() = Some(c);
         }
@@ -250,25 +253,44 @@ impl PluginResources {
     }
 
     /// Unloads a plugin the moment this replica loses it (not through the
-    /// queue, where it could wait behind a compilation), and reconciles
-    /// those it gained.
+    /// queue, where it could wait behind a compilation), tells the
+    /// coordinator it stopped (a hand-over releases the lease only then),
+    /// and reconciles those it gained. Lost plugins stop concurrently: one
+    /// tenant's slow reconcile does not hold back another's hand-over.
     async fn follow_ownership(
         self: Arc<Self>,
         mut owned: tokio::sync::watch::Receiver<std::collections::BTreeSet<String>>,
     ) {
+        let mut before = std::collections::BTreeSet::new();
         loop {
             tokio::select! {
                 _ = self.stop.cancelled() => return,
                 changed = owned.changed() => if changed.is_err() { return },
             }
             let now = owned.borrow_and_update().clone();
-            let lost: Vec<String> = self.loaded.lock().keys().filter(|k| !now.contains(*k)).cloned().collect();
-            for key in lost {
-                tracing::info!(key = %key, "lost to another replica: unloading");
-                self.unload(&key).await;
-            }
+            // Handed over before this loop saw it owned (the channel keeps
+            // only the latest set): its stop is confirmed all the same.
+            let waiting = self.coordinator.lock().as_ref().map(Coordinator::handing_over).unwrap_or_default();
+            let lost: Vec<String> = {
+                let loaded = self.loaded.lock();
+                before.iter().chain(loaded.keys()).chain(&waiting).filter(|k| !now.contains(*k)).cloned().collect()
+            };
+            let stops = lost.iter().collect::<std::collections::BTreeSet<_>>().into_iter().map(|key| {
+                let this = &self;
+                async move {
+                    if this.loaded.lock().contains_key(key) {
+                        tracing::info!(key = %key, "lost to another replica: unloading");
+                        this.unload(key).await;
+                    }
+                    if let Some(c) = &*this.coordinator.lock() {
+                        c.stopped(key);
+                    }
+                }
+            });
+            futures::future::join_all(stops).await;
             let loaded: Vec<String> = self.loaded.lock().keys().cloned().collect();
-            now.into_iter().filter(|k| !loaded.contains(k)).for_each(|k| self.queue.add(k));
+            now.iter().filter(|k| !loaded.contains(k)).for_each(|k| self.queue.add(k.clone()));
+            before = now;
         }
     }
 

@@ -16,7 +16,7 @@ use super::keys::{MAX_ENQUEUES_PER_CALL, check_key};
 use crate::cluster::{self, Cause, WriteError, WriteRequest};
 use crate::plugin::bindings::{MAX_ERROR_BYTES, ObjectHandle, ProtocolViolation};
 use crate::plugin::log_budget::sanitize;
-use crate::plugin::sandbox::{SCAN_COST, Sandbox};
+use crate::plugin::sandbox::Sandbox;
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -228,12 +228,10 @@ impl self::informer_host::plugin::stores::Host for Sandbox {
         informer: String,
         namespace: Option<String>,
     ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, String>> {
-        let (objects, examined) = match self.controller().store(&informer) {
-            Ok(view) => view.list_examined(namespace.as_deref()),
-            Err(e) => return Ok(Err(e)),
-        };
-        self.charge_host_work(examined.saturating_mul(SCAN_COST))?;
-        Ok(Ok(objects.into_iter().map(|o| self.push_object(o)).collect::<wasmtime::Result<_>>()?))
+        match self.controller().store(&informer) {
+            Ok(view) => Ok(Ok(self.hand_out(view.list_examined(namespace.as_deref()))?)),
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     fn by_index(
@@ -242,16 +240,14 @@ impl self::informer_host::plugin::stores::Host for Sandbox {
         index: String,
         value: String,
     ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, String>> {
-        let (objects, examined) = match self
+        match self
             .controller()
             .store(&informer)
             .and_then(|v| v.by_index_examined(&index, &value).map_err(|e| e.to_string()))
         {
-            Ok(found) => found,
-            Err(e) => return Ok(Err(e)),
-        };
-        self.charge_host_work(examined.saturating_mul(SCAN_COST))?;
-        Ok(Ok(objects.into_iter().map(|o| self.push_object(o)).collect::<wasmtime::Result<_>>()?))
+            Ok(found) => Ok(Ok(self.hand_out(found)?)),
+            Err(e) => Ok(Err(e)),
+        }
     }
 }
 

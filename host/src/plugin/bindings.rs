@@ -293,6 +293,17 @@ impl Sandbox {
         self.handles += 1;
         Ok(r)
     }
+
+    /// Lends what a cache read found: the objects it examined to find
+    /// them are paid in fuel first ([`SCAN_COST`] each), then each object
+    /// found gets a handle ([`Sandbox::push_object`]).
+    pub(crate) fn hand_out(
+        &mut self,
+        (objects, examined): (Vec<ObjectRef>, usize),
+    ) -> wasmtime::Result<Vec<Resource<ObjectHandle>>> {
+        self.charge_host_work(examined.saturating_mul(SCAN_COST))?;
+        objects.into_iter().map(|o| self.push_object(o)).collect()
+    }
 }
 
 impl self::informer_host::plugin::types::HostObject for Sandbox {
@@ -376,9 +387,7 @@ impl self::informer_host::plugin::cache::Host for Sandbox {
     }
     fn list(&mut self, namespace: Option<String>) -> wasmtime::Result<Vec<Resource<ObjectHandle>>> {
         let Some(cache) = self.shared.cache.clone() else { return Ok(Vec::new()) };
-        let (objects, examined) = cache.list_examined(namespace.as_deref());
-        self.charge_host_work(examined.saturating_mul(SCAN_COST))?;
-        objects.into_iter().map(|o| self.push_object(o)).collect()
+        self.hand_out(cache.list_examined(namespace.as_deref()))
     }
     fn by_index(
         &mut self,
@@ -386,13 +395,9 @@ impl self::informer_host::plugin::cache::Host for Sandbox {
         value: String,
     ) -> wasmtime::Result<Result<Vec<Resource<ObjectHandle>>, String>> {
         let Some(cache) = self.shared.cache.clone() else { return Ok(Ok(Vec::new())) };
-        let objs = match cache.by_index_examined(&index, &value) {
-            Ok((objs, examined)) => {
-                self.charge_host_work(examined.saturating_mul(SCAN_COST))?;
-                objs
-            }
-            Err(e) => return Ok(Err(e.to_string())),
-        };
-        Ok(Ok(objs.into_iter().map(|o| self.push_object(o)).collect::<wasmtime::Result<_>>()?))
+        match cache.by_index_examined(&index, &value) {
+            Ok(found) => Ok(Ok(self.hand_out(found)?)),
+            Err(e) => Ok(Err(e.to_string())),
+        }
     }
 }

@@ -171,7 +171,7 @@ mod tests {
         let stored = serde_json::to_value(&full).unwrap();
         let apply = |stored: &serde_json::Value, status: &PluginStatus| {
             let mut object = json!({ "status": stored });
-            crate::cluster::embedded::patch::merge_patch(&mut object, &merge_patch(status));
+            json_patch::merge(&mut object, &merge_patch(status));
             serde_json::from_value::<PluginStatus>(object["status"].take()).unwrap()
         };
         // Refused: no digest, replica or counters any more.

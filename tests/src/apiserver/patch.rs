@@ -1,5 +1,6 @@
-//! Patch formats: JSON merge patch (RFC 7386), JSON patch (RFC 6902, through
-//! the `json-patch` crate), and strategic merge patch for the common cases.
+//! Patch formats: JSON merge patch (RFC 7386, `json_patch::merge`), JSON
+//! patch (RFC 6902, through the `json-patch` crate), and strategic merge
+//! patch for the common cases.
 //!
 //! Strategic merge patch here is merge patch plus what built-in schemas make
 //! different for the lists controllers usually touch: the associative lists
@@ -17,25 +18,6 @@ pub(super) const MERGE: &str = "application/merge-patch+json";
 pub(super) const JSON_PATCH: &str = "application/json-patch+json";
 pub(super) const STRATEGIC: &str = "application/strategic-merge-patch+json";
 pub(super) const APPLY: &str = "application/apply-patch+yaml";
-
-/// RFC 7386 `MergePatch(target, patch)`.
-pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = json!({});
-    }
-    let t = target.as_object_mut().expect("object");
-    for (k, v) in p {
-        if v.is_null() {
-            t.remove(k);
-        } else {
-            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
-}
 
 /// Strategic merge patch as described in the module docs.
 pub(super) fn strategic_merge_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
@@ -118,29 +100,6 @@ pub(super) fn json_patch(target: &mut Value, patch: &[u8]) -> ApiResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc7386_examples() {
-        // RFC 7386 section 3's example.
-        let mut t = json!({"title": "Goodbye!", "author": {"givenName": "John", "familyName": "Doe"},
-            "tags": ["example", "sample"], "content": "This will be unchanged"});
-        merge_patch(
-            &mut t,
-            &json!({"title": "Hello!", "phoneNumber": "+01-123-456-7890",
-            "author": {"familyName": null}, "tags": ["example"]}),
-        );
-        assert_eq!(
-            t,
-            json!({"title": "Hello!", "author": {"givenName": "John"}, "tags": ["example"],
-            "content": "This will be unchanged", "phoneNumber": "+01-123-456-7890"})
-        );
-        let mut t = json!({"a": "b"});
-        merge_patch(&mut t, &json!(["c"]));
-        assert_eq!(t, json!(["c"]));
-        let mut t = json!({"e": null});
-        merge_patch(&mut t, &json!({"a": 1}));
-        assert_eq!(t, json!({"e": null, "a": 1}));
-    }
 
     #[test]
     fn strategic_merges_containers_by_name() {

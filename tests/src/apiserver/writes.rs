@@ -450,7 +450,7 @@ fn patch(st: &mut State, req: &WriteRequest<'_>) -> ApiResult<(u16, Value)> {
         ct => {
             let p: Value = serde_json::from_slice(req.body).map_err(|e| ApiError::bad_request(e.to_string()))?;
             if ct == MERGE {
-                patch::merge_patch(&mut doc, &p);
+                json_patch::merge(&mut doc, &p);
             } else {
                 patch::strategic_merge_patch(&mut doc, &p).map_err(ApiError::bad_request)?;
             }

@@ -1,33 +1,13 @@
-//! Patch formats as pure functions: JSON merge patch (RFC 7386) and JSON
-//! patch (RFC 6902, through the `json-patch` crate).
+//! JSON patch (RFC 6902, through the `json-patch` crate) as the API server
+//! bounds it. JSON merge patch (RFC 7386) is `json_patch::merge` as is.
 //!
 //! This module owns only how a patch document changes a JSON value; what
 //! the patched object may change (status, immutable metadata) is decided by
 //! [`super::semantics`], and server-side apply is [`super::managed`].
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::cluster::{Cause, WriteError};
-
-/// RFC 7386 `MergePatch(target, patch)`: objects merge recursively, `null`
-/// removes, anything else (lists included) replaces.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = json!({});
-    }
-    let Some(t) = target.as_object_mut() else { return };
-    for (k, v) in p {
-        if v.is_null() {
-            t.remove(k);
-        } else {
-            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-        }
-    }
-}
 
 /// Most operations in one JSON patch, as the API server allows
 /// (`maxJSONPatchOperations`); more is `413 RequestEntityTooLarge`.
@@ -148,25 +128,7 @@ fn depth_of(value: &Value, budget: &mut usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc7386_examples() {
-        let mut t = json!({"title": "Goodbye!", "author": {"givenName": "John", "familyName": "Doe"},
-            "tags": ["example", "sample"], "content": "This will be unchanged"});
-        merge_patch(
-            &mut t,
-            &json!({"title": "Hello!", "phoneNumber": "+01-123-456-7890",
-            "author": {"familyName": null}, "tags": ["example"]}),
-        );
-        assert_eq!(
-            t,
-            json!({"title": "Hello!", "author": {"givenName": "John"}, "tags": ["example"],
-            "content": "This will be unchanged", "phoneNumber": "+01-123-456-7890"})
-        );
-        let mut t = json!({"e": null});
-        merge_patch(&mut t, &json!({"a": 1}));
-        assert_eq!(t, json!({"e": null, "a": 1}));
-    }
+    use serde_json::json;
 
     #[test]
     fn json_patch_errors_are_typed() {

@@ -130,7 +130,7 @@ pub(super) fn patch(
         Patch::Merge(p) => {
             let old = old.ok_or_else(not_found)?;
             let mut doc = Value::clone(&old);
-            patch::merge_patch(&mut doc, &p);
+            json_patch::merge(&mut doc, &p);
             return update_with(st, &key, target, &old, doc, rules, scope, params, now);
         }
         Patch::Json(p) => {

@@ -207,21 +207,30 @@ async fn three_replicas_own_every_plugin_once_balanced_and_take_over_from_the_de
     checker.task.abort();
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_new_replica_gets_its_share_handed_over_and_a_removed_plugin_is_released() {
-    let server = server().await;
+/// Replica a alone until it owns every plugin (confirming its stops if
+/// `confirm_stops`), then replica b joining, with a checker over both
+/// that checks only exclusivity until told b is in (`alive` = 2): a still
+/// holds what it took alone.
+async fn a_alone_then_b(server: &ApiServer, confirm_stops: bool) -> (Coordinator, Coordinator, Checker) {
     let a = Coordinator::start(server.client(), config("replica-a"), CancellationToken::new()).unwrap();
+    if confirm_stops {
+        a.confirm_stops();
+    }
     a.set_plugins(keys());
     let ra = a.owned();
     wait_for("a owns every plugin", 3 * RETRY, || ra.borrow().len() == P).await;
-
     let b = Coordinator::start(server.client(), config("replica-b"), CancellationToken::new()).unwrap();
     b.set_plugins(keys());
-    let rb = b.owned();
-    let checker = Checker::start(vec![ra.clone(), rb.clone()]);
-    // While b joins, a still holds what it took alone: only exclusivity is
-    // checked until b has its share.
+    let checker = Checker::start(vec![ra, b.owned()]);
     *checker.alive.lock() = 1;
+    (a, b, checker)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_replica_gets_its_share_handed_over_and_a_removed_plugin_is_released() {
+    let server = server().await;
+    let (a, b, checker) = a_alone_then_b(&server, false).await;
+    let (ra, rb) = (a.owned(), b.owned());
     let settled = wait_for("b gets its share", 4 * RETRY, || rb.borrow().len() == fair_share(P, 2)).await;
     eprintln!("second replica got {} plugins after {settled:?} (virtual)", fair_share(P, 2));
     assert_eq!(ra.borrow().len(), P - fair_share(P, 2));
@@ -254,18 +263,8 @@ async fn a_new_replica_gets_its_share_handed_over_and_a_removed_plugin_is_releas
 #[tokio::test(start_paused = true)]
 async fn a_hand_over_waits_until_the_old_owner_stopped_the_plugin() {
     let server = server().await;
-    let a = Coordinator::start(server.client(), config("replica-a"), CancellationToken::new()).unwrap();
-    a.confirm_stops();
-    a.set_plugins(keys());
-    let ra = a.owned();
-    wait_for("a owns every plugin", 3 * RETRY, || ra.borrow().len() == P).await;
-
-    let b = Coordinator::start(server.client(), config("replica-b"), CancellationToken::new()).unwrap();
-    b.set_plugins(keys());
-    let rb = b.owned();
-    let checker = Checker::start(vec![ra.clone(), rb.clone()]);
-    // Only exclusivity is checked while a still holds what it took alone.
-    *checker.alive.lock() = 1;
+    let (a, b, checker) = a_alone_then_b(&server, true).await;
+    let (ra, rb) = (a.owned(), b.owned());
     let share = fair_share(P, 2);
     wait_for("a hands over its surplus", 4 * RETRY, || ra.borrow().len() == P - share).await;
     tokio::time::sleep(2 * LEASE).await;

@@ -397,6 +397,36 @@ fn replica(client: &kube::Client, i: usize) -> Replica {
     Replica { registry, resources }
 }
 
+/// The tenant cluster (capped at `max_plugins`) with the Leases'
+/// namespace and `p` recorder Plugins `p0`, `p1`, … created in that order.
+async fn cluster_with_plugins(max_plugins: Option<u32>, p: usize) -> (ApiServer, kube::Client) {
+    let (server, client) = tenant_cluster(max_plugins).await;
+    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    for i in 0..p {
+        plugins.create(&PostParams::default(), &Plugin::new(&format!("p{i}"), recorder_spec("v1.wasm"))).await.unwrap();
+    }
+    (server, client)
+}
+
+/// Samples the replicas every few milliseconds until aborted, recording
+/// every plugin seen running on two at once.
+fn sample_doubles(
+    replicas: &Arc<parking_lot::Mutex<Vec<Replica>>>,
+) -> (tokio::task::JoinHandle<()>, Arc<parking_lot::Mutex<Vec<String>>>) {
+    let doubled = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let (replicas, found) = (replicas.clone(), doubled.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            let all: Vec<String> = running(&replicas.lock()).into_iter().flatten().collect();
+            let mut seen = std::collections::BTreeSet::new();
+            all.into_iter().filter(|n| !seen.insert(n.clone())).for_each(|n| found.lock().push(n));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    (task, doubled)
+}
+
 /// The plugins each replica runs now, by registry name.
 fn running(replicas: &[Replica]) -> Vec<Vec<String>> {
     replicas.iter().map(|r| r.registry.list().into_iter().map(|p| p.name).collect()).collect()
@@ -409,32 +439,12 @@ fn running(replicas: &[Replica]) -> Vec<Vec<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_plugin_resources_through_leases_each_running_on_exactly_one() {
     const P: usize = 6;
-    let (server, client) = tenant_cluster(None).await;
-    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
-    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
-    for i in 0..P {
-        plugins.create(&PostParams::default(), &Plugin::new(&format!("p{i}"), recorder_spec("v1.wasm"))).await.unwrap();
-    }
+    let (server, client) = cluster_with_plugins(None, P).await;
     let replicas: Arc<parking_lot::Mutex<Vec<Replica>>> =
         Arc::new(parking_lot::Mutex::new((0..3).map(|i| replica(&client, i)).collect()));
 
     // The invariant, checked continuously until the end of the test.
-    let doubled = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
-    let sampler = tokio::spawn({
-        let (replicas, doubled) = (replicas.clone(), doubled.clone());
-        async move {
-            loop {
-                let all: Vec<String> = running(&replicas.lock()).into_iter().flatten().collect();
-                let mut seen = std::collections::BTreeSet::new();
-                for name in all {
-                    if !seen.insert(name.clone()) {
-                        doubled.lock().push(name);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    });
+    let (sampler, doubled) = sample_doubles(&replicas);
     let all_running = |replicas: &Arc<parking_lot::Mutex<Vec<Replica>>>| {
         running(&replicas.lock()).iter().map(Vec::len).sum::<usize>() == P
     };
@@ -479,12 +489,8 @@ async fn replicas_share_plugin_resources_through_leases_each_running_on_exactly_
 /// the newest; deleting one lets the next in line run, wherever it lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_plugins_holds_across_replicas_and_a_lowered_cap_stops_the_newest() {
-    let (server, client) = tenant_cluster(Some(2)).await;
-    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
+    let (server, client) = cluster_with_plugins(Some(2), 4).await;
     let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
-    for i in 0..4 {
-        plugins.create(&PostParams::default(), &Plugin::new(&format!("p{i}"), recorder_spec("v1.wasm"))).await.unwrap();
-    }
     let replicas: Vec<Replica> = (0..2).map(|i| replica(&client, i)).collect();
     let all_running = || {
         let mut names: Vec<String> = running(&replicas).into_iter().flatten().collect();
@@ -536,29 +542,13 @@ async fn max_plugins_holds_across_replicas_and_a_lowered_cap_stops_the_newest() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_joining_later_gets_its_share_once_the_first_stopped_it() {
     const P: usize = 4;
-    let (server, client) = tenant_cluster(None).await;
-    server.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "informer-host"}})).unwrap();
-    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
-    for i in 0..P {
-        plugins.create(&PostParams::default(), &Plugin::new(&format!("p{i}"), recorder_spec("v1.wasm"))).await.unwrap();
-    }
+    let (_server, client) = cluster_with_plugins(None, P).await;
     let replicas = Arc::new(parking_lot::Mutex::new(vec![replica(&client, 0)]));
     let counts =
         |r: &Arc<parking_lot::Mutex<Vec<Replica>>>| running(&r.lock()).iter().map(Vec::len).collect::<Vec<_>>();
     assert!(wait_until(LOAD, || counts(&replicas) == [P]).await, "{:?}", running(&replicas.lock()));
 
-    let doubled = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
-    let sampler = tokio::spawn({
-        let (replicas, doubled) = (replicas.clone(), doubled.clone());
-        async move {
-            loop {
-                let all: Vec<String> = running(&replicas.lock()).into_iter().flatten().collect();
-                let mut seen = std::collections::BTreeSet::new();
-                all.into_iter().filter(|n| !seen.insert(n.clone())).for_each(|n| doubled.lock().push(n));
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    });
+    let (sampler, doubled) = sample_doubles(&replicas);
     replicas.lock().push(replica(&client, 1));
     assert!(wait_until(LOAD, || counts(&replicas) == [2, 2]).await, "{:?}", running(&replicas.lock()));
     sampler.abort();

@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod coordination;
+pub mod deadline;
 pub mod informer;
 pub mod kube_plugins;
 pub mod lru_dir;

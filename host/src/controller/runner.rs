@@ -302,10 +302,11 @@ impl ControllerRunner {
                     self.name.clone(),
                     self.leftover.clone(),
                 );
-                let informers = informers.clone();
+                let (informers, queue) = (informers.clone(), self.queue.clone());
                 let w = async move {
-                    wait_for_cache_sync(&informers).await;
-                    w.await
+                    if wait_for_cache_sync(&informers, &queue).await {
+                        w.await
+                    }
                 };
                 tokio::spawn(tracing::Instrument::instrument(w, tracing::Span::current()))
             })
@@ -409,12 +410,21 @@ type Leftover = Arc<parking_lot::Mutex<Vec<(String, tokio::time::Instant)>>>;
 /// How often [`wait_for_cache_sync`] looks (client-go's `syncedPollPeriod`).
 const SYNCED_POLL_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// client-go's `WaitForCacheSync`: returns once every informer of the
+/// client-go's `WaitForCacheSync`: true once every informer of the
 /// controller has listed, so no reconcile reads a cache that is still
 /// filling (a secondary object not listed yet would look absent, and the
-/// controller would create what exists).
-async fn wait_for_cache_sync(informers: &[SharedIndexInformer]) {
-    while !informers.iter().all(SharedIndexInformer::has_synced) {
+/// controller would create what exists); false if the queue shuts down
+/// first (client-go's stop channel): a controller whose watch never lists
+/// (a kind the server does not serve, a list it may not make) must still
+/// stop when removed or replaced.
+async fn wait_for_cache_sync(informers: &[SharedIndexInformer], queue: &RateLimitingQueue<String>) -> bool {
+    loop {
+        if queue.shutting_down() {
+            return false;
+        }
+        if informers.iter().all(SharedIndexInformer::has_synced) {
+            return true;
+        }
         tokio::time::sleep(SYNCED_POLL_PERIOD).await;
     }
 }
@@ -434,7 +444,8 @@ async fn worker(
     // for then is kept for a successor (see `take_over`).
     let requeue = |key: String, after: std::time::Duration| {
         if queue.shutting_down() {
-            leftover.lock().push((key, tokio::time::Instant::now() + after));
+            // A guest's requeue-after may be any length: never overflow.
+            leftover.lock().push((key, crate::deadline::after(tokio::time::Instant::now(), after)));
         } else {
             queue.add_after(key, after);
         }

@@ -179,7 +179,7 @@ impl ProcessorListener {
             resync: Mutex::new(Resync {
                 requested: requested_resync,
                 period: resync_period,
-                next: now + resync_period,
+                next: crate::deadline::after(now, resync_period),
             }),
             private_initial: AtomicUsize::new(0),
             upstream_synced,
@@ -533,7 +533,7 @@ impl ProcessorListener {
     }
     pub(crate) fn determine_next_resync(&self, now: Instant) {
         let mut r = self.resync.lock();
-        r.next = now + r.period;
+        r.next = crate::deadline::after(now, r.period);
     }
     pub(crate) fn set_resync_period(&self, period: Duration) {
         self.resync.lock().period = period;

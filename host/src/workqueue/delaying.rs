@@ -36,9 +36,6 @@ use super::queue::{Queue, QueueConfig};
 /// (client-go's `maxWait`).
 pub const MAX_WAIT: Duration = Duration::from_secs(10);
 
-/// How far ahead a deadline too far to represent is put (~30 years).
-const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
-
 /// A [`Queue`] that can also add a key after a delay. Share it behind an
 /// `Arc`. Must be created inside a Tokio runtime: it spawns the task that
 /// adds waiting keys when they are due; dropping the queue ends that task.
@@ -158,7 +155,7 @@ impl<K: Key> DelayingQueue<K> {
             return;
         }
         let now = Instant::now();
-        let ready_at = now.checked_add(duration).unwrap_or_else(|| now + FAR_FUTURE);
+        let ready_at = crate::deadline::after(now, duration);
         if self.shared.waiting.lock().insert(item, ready_at) {
             self.wake.notify_one();
         }

@@ -87,31 +87,11 @@ impl MemoryCluster {
                 let key = Self::key(&target);
                 let current = self.src.get(&key).ok_or_else(|| WriteError::NotFound(key.clone()))?;
                 let mut v: Value = serde_json::from_str(current.json()).unwrap();
-                merge(&mut v, &p);
+                json_patch::merge(&mut v, &p);
                 stored(v)
             }
             other => Err(WriteError::BadRequest(format!("MemoryCluster does not do {}", other.verb()))),
         }
-    }
-}
-
-/// RFC 7386 merge patch.
-fn merge(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = json!({});
-            }
-            let t = target.as_object_mut().unwrap();
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        _ => *target = patch.clone(),
     }
 }
 
@@ -214,6 +194,29 @@ fn guard(name: &str) -> GuardConfig {
 
 fn gaps(times: &[Instant]) -> Vec<Duration> {
     times.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// A controller whose watch never lists (a kind the server does not serve,
+/// a list the host may not make) still stops when removed or replaced:
+/// its workers wait for the caches only until the queue shuts down.
+/// (They waited for ever, and whoever stopped it with them: a Plugin
+/// worker, a reload, the host's shutdown.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_whose_watch_never_syncs_still_stops() {
+    let s = Setup::new(&[("a", "x")]);
+    // Never run: it never lists, never syncs.
+    let never = SharedIndexInformer::new(MemorySource::new(), InformerOptions::default());
+    let informers = [("cms".to_string(), s.run.informer.clone()), ("never".to_string(), never)].into();
+    let options = ControllerOptions {
+        secondaries: vec![Secondary { informer: "never".into(), mapping: Mapping::Label("no-such-label".into()) }],
+        ..ControllerOptions::new("cms", "ConfigMap")
+    };
+    let mut c = s.prepare_on(json!({}), guard("stuck"), None, &informers, options, &s.cluster);
+    c.run();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s.reconciles("a/x").is_empty(), "reconciled before every cache synced");
+    let stopped = tokio::time::timeout(Duration::from_secs(10), c.stop()).await;
+    assert!(stopped.is_ok(), "stop() hung on a watch that never synced");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::instance::{ControllerInstance, LoadedController, ReconcileError};
+use super::keys::MAX_QUEUED_BY_IMPORT;
 use super::runner::{MAX_MAPPED_KEYS, ReconcileStats};
 use super::{ControllerCtx, KeyQueue, check_key};
 use crate::informer::{DeletedObject, Delivery, HandlerError, Object, ObjectRef, ResourceEventHandler};
@@ -131,10 +132,12 @@ impl PluginMapper {
                     tracing::warn!(plugin = %self.loaded.spec.name, informer = %self.informer, "map returned {} keys for {}; only the first {MAX_MAPPED_KEYS} are queued", keys.len(), obj.key());
                     keys.truncate(MAX_MAPPED_KEYS);
                 }
-                let mut refused = 0;
+                let (mut refused, mut dropped) = (0, 0);
                 for key in keys {
                     match check_key(&key) {
-                        Ok(()) => self.ctx.keys.add(key, std::time::Duration::ZERO),
+                        // The guest chose these keys: they count against the
+                        // queue's bound like its enqueues.
+                        Ok(()) => dropped += usize::from(!self.ctx.keys.add_from_guest(key, std::time::Duration::ZERO)),
                         Err(why) => {
                             refused += 1;
                             if refused == 1 {
@@ -142,6 +145,9 @@ impl PluginMapper {
                             }
                         }
                     }
+                }
+                if dropped > 0 {
+                    tracing::warn!(plugin = %self.loaded.spec.name, informer = %self.informer, "the queue is full ({MAX_QUEUED_BY_IMPORT} keys): {dropped} keys map returned for {} were dropped", obj.key());
                 }
                 Ok(())
             }

@@ -30,7 +30,7 @@ use crate::plugin::CacheView;
 pub use bindings::Outcome;
 pub use guard::{GuardConfig, NamespaceScope, WriteGuard, WriteRule, WriteStats};
 pub use instance::{CONTROLLER_WORLD, ControllerInstance, LoadedController, ReconcileError};
-pub use keys::{KeyQueue, check_key};
+pub use keys::{KeyQueue, MAX_QUEUED_BY_IMPORT, check_key};
 pub use runner::{ControllerError, ControllerOptions, ControllerRunner, Mapping, Secondary};
 
 /// What a controller's instances reach through their imports; shared by

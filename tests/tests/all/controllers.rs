@@ -17,7 +17,8 @@ use e2e::plugins::{Log, Running, runtime, spec};
 use futures::future::BoxFuture;
 use informer_host::cluster::{ClusterWriter, Patch, Target, WriteError, WriteParams, WriteRequest};
 use informer_host::controller::{
-    ControllerOptions, ControllerRunner, GuardConfig, Mapping, NamespaceScope, Secondary, WriteGuard, WriteRule,
+    ControllerOptions, ControllerRunner, GuardConfig, MAX_QUEUED_BY_IMPORT, Mapping, NamespaceScope, Secondary,
+    WriteGuard, WriteRule,
 };
 use informer_host::informer::{
     InformerOptions, ListResult, ListerWatcher, SharedIndexInformer, SourceError, WatchStream,
@@ -380,6 +381,36 @@ async fn a_flood_of_enqueues_traps_at_the_per_call_bound_and_queues_at_most_that
     let queued = c.queue().len() + c.queue().waiting_len() + c.queue().processing_len();
     assert!(queued <= 1_000 + 3, "queued {queued}");
     c.stop().await;
+    s.run.stop().await;
+}
+
+/// Keys a controller's `map` returns are the guest's choice like its
+/// enqueues, and count against the same bound: a map answering 10 000 new
+/// keys for each of 15 objects queues at most 100 000, not 150 000 (each
+/// key held two or three times in host memory: every event of the
+/// watched kind could add 10-20 thousand, without end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_a_map_returns_count_against_the_queue_bound() {
+    let s = Setup::new(&[("a", "x")]);
+    let others = MemorySource::new();
+    for i in 0..15 {
+        others.apply_config_map("a", &format!("o{i}"), "v").unwrap();
+    }
+    let others = Running::start(&others);
+    let informers =
+        [("cms".to_string(), s.run.informer.clone()), ("others".to_string(), others.informer.clone())].into();
+    let options = ControllerOptions {
+        secondaries: vec![Secondary { informer: "others".into(), mapping: Mapping::Plugin }],
+        ..ControllerOptions::new("cms", "ConfigMap")
+    };
+    // Workers not started: nothing leaves the queue.
+    let c = s.prepare_on(json!({"map_keys": 10_000}), guard("mapper"), None, &informers, options, &s.cluster);
+    let queued = || c.queue().len() + c.queue().waiting_len();
+    eventually("the map filled the queue", || queued() >= MAX_QUEUED_BY_IMPORT).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(queued() <= MAX_QUEUED_BY_IMPORT + 1, "queued {}", queued());
+    c.stop().await;
+    others.stop().await;
     s.run.stop().await;
 }
 

@@ -20,6 +20,9 @@
 //! - `flood`: `{"key": k, "count": n, "key_bytes": b}`: reconciling `k`
 //!   calls `queue.enqueue` `n` times with distinct keys of `b` bytes (for
 //!   tests of the host's bounds on a guest's enqueues).
+//! - `map_keys`: `n`: `map` returns `n` distinct keys for every object,
+//!   `<namespace>/mapped-<name>-<i>` (for tests of the host's bounds on
+//!   the keys a guest maps).
 
 use std::collections::BTreeMap;
 
@@ -41,6 +44,7 @@ struct Settings {
     informer: String,
     write_to: Option<String>,
     flood: Option<Flood>,
+    map_keys: u32,
 }
 
 #[derive(Deserialize)]
@@ -63,6 +67,7 @@ impl Default for Settings {
             informer: "cms".into(),
             write_to: None,
             flood: None,
+            map_keys: 0,
         }
     }
 }
@@ -77,6 +82,11 @@ impl Reconciler for TestController {
     fn init(&mut self, config: &Config) -> Result<(), String> {
         self.settings = config.parse()?;
         Ok(())
+    }
+
+    fn map(&mut self, _informer: &str, obj: &informer_guest::Object) -> Vec<String> {
+        let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name());
+        (0..self.settings.map_keys).map(|i| format!("{ns}/mapped-{name}-{i}")).collect()
     }
 
     fn reconcile(&mut self, key: &str) -> Result<Action, String> {

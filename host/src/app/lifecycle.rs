@@ -298,6 +298,9 @@ impl App {
             let pr = PluginResources::start_coordinated(client, registry, options, coordinator, stop.child_token());
             let weak = Arc::downgrade(&pr);
             observed.set_plugin_resources(Arc::new(move || weak.upgrade().map(|p| p.snapshot()).unwrap_or_default()));
+            let weak = Arc::downgrade(&pr);
+            observed
+                .set_tenant_plugins(Arc::new(move || weak.upgrade().map(|p| p.registry_names()).unwrap_or_default()));
             plugin_resources = Some(pr);
         }
         tokio::spawn(health::report_ready(plugins.clone(), started, stop.clone()));

@@ -68,7 +68,7 @@ use prometheus_client::registry::Registry;
 
 pub use observed::{
     Check, ControllerEntry, InformerEntry, InstancesProbe, Observed, PluginEntry, PluginResourcesProbe,
-    PluginResourcesSnapshot, PluginState, Readiness,
+    PluginResourcesSnapshot, PluginState, Readiness, TenantPluginsProbe,
 };
 
 /// The registry served on `/metrics`.

@@ -68,12 +68,18 @@ pub struct PluginResourcesSnapshot {
 /// Reads a [`PluginResourcesSnapshot`].
 pub type PluginResourcesProbe = Arc<dyn Fn() -> PluginResourcesSnapshot + Send + Sync>;
 
+/// The registry names of the plugins a tenant's `Plugin` resources run:
+/// their sync is reported in their status, not on `/readyz` (a tenant
+/// whose watch never lists must not keep the host unready).
+pub type TenantPluginsProbe = Arc<dyn Fn() -> std::collections::HashSet<String> + Send + Sync>;
+
 /// Reads the wasm runtime's instance counts (resident, idle, reclaimed).
 pub type InstancesProbe = Arc<dyn Fn() -> crate::plugin::InstanceCounts + Send + Sync>;
 
 #[derive(Default)]
 struct Inner {
     plugin_resources: Option<PluginResourcesProbe>,
+    tenant_plugins: Option<TenantPluginsProbe>,
     instances: Option<InstancesProbe>,
     controllers: Vec<ControllerEntry>,
     informers: Vec<InformerEntry>,
@@ -151,6 +157,10 @@ impl Observed {
     /// `/metrics`.
     pub fn set_plugin_resources(&self, probe: PluginResourcesProbe) {
         self.inner.write().plugin_resources = Some(probe);
+    }
+    /// Tells readiness which plugins are tenants' `Plugin` resources.
+    pub fn set_tenant_plugins(&self, probe: TenantPluginsProbe) {
+        self.inner.write().tenant_plugins = Some(probe);
     }
     /// Reports the handlers' instances (idle reclaim) on `/metrics`.
     pub fn set_instances(&self, probe: InstancesProbe) {
@@ -233,17 +243,22 @@ impl Observed {
                 detail: format!("{state}, replica {} runs {} of {} Plugins{owns}", s.identity, s.loaded, s.plugins),
             });
         }
+        let tenants = inner.tenant_plugins.as_ref().map(|probe| probe()).unwrap_or_default();
         for p in inner.plugins.iter() {
             match &p.state {
                 PluginState::Running { registration, .. } => {
                     let synced = registration.has_synced();
-                    r.ready &= synced;
-                    let detail = if synced {
+                    let tenant = tenants.contains(&p.name);
+                    r.ready &= synced || tenant;
+                    let mut detail = if synced {
                         "synced".to_string()
                     } else {
                         format!("not synced, {} pending", registration.pending())
                     };
-                    r.checks.push(Check { ok: synced, what: format!("plugin {}", p.name), detail });
+                    if tenant && !synced {
+                        detail.push_str(" (a Plugin resource: in its status, not counted for readiness)");
+                    }
+                    r.checks.push(Check { ok: synced || tenant, what: format!("plugin {}", p.name), detail });
                 }
                 PluginState::Failed { error } => {
                     r.checks.push(Check {

@@ -559,6 +559,43 @@ async fn a_replica_joining_later_gets_its_share_once_the_first_stopped_it() {
     }
 }
 
+/// A tenant's Plugin whose watch never lists (a kind the API server does
+/// not serve) cannot keep the host's `/readyz` failing: its sync is the
+/// Plugin's own (status `Synced`), listed on `/readyz` but not counted.
+/// (One such Plugin kept its replica unready for good: a rollout never
+/// finished and the PodDisruptionBudget blocked every drain.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_whose_watch_never_lists_does_not_make_the_host_unready() {
+    let (server, client) = tenant_cluster(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig, Some("informer-host"));
+    let config = Config::parse("[plugin_resources]\nidentity = \"host-a\"\n", "host.toml", dir.path()).unwrap();
+    let opts =
+        RunOptions { kube: KubeOptions { kubeconfig: Some(kubeconfig), context: None }, ..RunOptions::default() };
+    let app = App::start(&config, &opts).await.unwrap();
+    assert!(wait_until(LOAD, || app.readiness().ready).await, "{}", app.readiness().render());
+
+    let mut spec = recorder_spec("v1.wasm");
+    spec.watch.api_version = "example.com/v1".into();
+    spec.watch.kind = "Widget".into();
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    plugins.create(&PostParams::default(), &Plugin::new("ghost", spec)).await.unwrap();
+    let loaded = || {
+        server.get("informer-host.dev/v1alpha1", "Plugin", Some(NS), "ghost").is_some_and(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        })
+    };
+    assert!(wait_until(LOAD, loaded).await, "ghost loaded");
+    let listed = || app.readiness().render().contains("not counted for readiness");
+    assert!(wait_until(LOAD, listed).await, "{}", app.readiness().render());
+    let readiness = app.readiness();
+    assert!(readiness.ready, "{}", readiness.render());
+    app.shutdown().await;
+}
+
 /// The host as deployed: `[plugin_resources]` in its TOML (with leases),
 /// a kubeconfig; a tenant's Plugin is loaded and Ready, the host's
 /// membership and plugin Leases are in the namespace, and a graceful

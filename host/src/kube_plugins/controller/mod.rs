@@ -207,6 +207,11 @@ impl PluginResources {
         self.loaded.lock().iter().map(|(k, l)| (k.clone(), l.registry_name.clone())).collect()
     }
 
+    /// The registry names of the plugins loaded now.
+    pub fn registry_names(&self) -> std::collections::HashSet<String> {
+        self.loaded.lock().values().map(|l| l.registry_name.clone()).collect()
+    }
+
     /// Reconciles of the controller Plugin `key` (`namespace/name`) that
     /// succeeded so far; `None` when it is not a controller running here.
     pub fn reconciles(&self, key: &str) -> Option<u64> {

@@ -398,7 +398,10 @@ async fn prepare(
     let guard = Arc::new(WriteGuard::new(p.cfg.guard_config(p.tenant.as_ref()), writer));
     let kept = guard.clone();
     let visibility = p.tenant.as_ref().map(TenantConfig::visibility);
-    let options = p.cfg.options();
+    let options = crate::controller::ControllerOptions {
+        max_pending: p.tenant.as_ref().and_then(|t| t.max_pending),
+        ..p.cfg.options()
+    };
     let spec = p.cfg.spec();
     let handle = tokio::runtime::Handle::current();
     let span = tracing::Span::current();

@@ -69,6 +69,9 @@ pub struct ControllerOptions {
     /// primary informer; `None`: each informer's default resync period, as
     /// client-go's `AddEventHandler`.
     pub resync: Option<std::time::Duration>,
+    /// Pending notifications beyond this are coalesced by key, per
+    /// handler (the tenant's `max_pending`, as for its handler plugins).
+    pub max_pending: Option<usize>,
 }
 
 impl ControllerOptions {
@@ -80,6 +83,7 @@ impl ControllerOptions {
             max_concurrent_reconciles: 1,
             rate_limiter: ControllerRateLimiterConfig::default(),
             resync: None,
+            max_pending: None,
         }
     }
 }
@@ -187,6 +191,9 @@ impl ControllerRunner {
         visibility: Option<Visibility>,
     ) -> Result<ControllerRunner, ControllerError> {
         let name = spec.name.clone();
+        // Tenants are the delivery workers' fairness groups, for a
+        // controller's handlers (a `map` runs on them) as for plugins.
+        let group = spec.tenant.clone();
         let informer = |informer: &str| {
             informers
                 .get(informer)
@@ -237,6 +244,8 @@ impl ControllerRunner {
             let options = HandlerOptions {
                 filter: filter.clone(),
                 resync_period: period,
+                group: group.clone(),
+                max_pending: options.max_pending,
                 ..HandlerOptions::named(format!("{name}/{what}"))
             };
             informer

@@ -76,6 +76,7 @@ pub(super) fn prepare(
             })
             .collect(),
         max_concurrent_reconciles: s.max_concurrent_reconciles,
+        max_pending: a.effective.max_pending,
         // The Plugin's `resync` (none when absent), not the shared
         // informers' check period.
         resync: Some(a.effective.resync),

@@ -414,6 +414,46 @@ async fn keys_a_map_returns_count_against_the_queue_bound() {
     s.run.stop().await;
 }
 
+/// A controller's handlers run on its tenant's delivery workers, as a
+/// handler plugin's do: five of tenant a's controllers whose `map` stalls
+/// (12 s each, past this test's 10 s wait) would hold every shared worker
+/// an informer has (4), yet tenant b's controller maps and reconciles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_stalled_maps_do_not_hold_back_another_tenants_controller() {
+    let s = Setup::new(&[("b", "x")]);
+    let others = MemorySource::new();
+    others.apply_config_map("b", "o", "v").unwrap();
+    let others = Running::start(&others);
+    let informers: HashMap<String, SharedIndexInformer> =
+        [("cms".to_string(), s.run.informer.clone()), ("others".to_string(), others.informer.clone())].into();
+    let options = ControllerOptions {
+        secondaries: vec![Secondary { informer: "others".into(), mapping: Mapping::Plugin }],
+        ..ControllerOptions::new("cms", "ConfigMap")
+    };
+    let start = |tenant: &str, name: &str, config: Value, deadline: Duration| {
+        let mut spec = spec(name, "test-controller", &s.log);
+        spec.tenant = Some(tenant.into());
+        spec.grants = Grants { log: true, cache: true, kube: true, ..Grants::default() };
+        spec.config_json = config.to_string();
+        spec.limits.fuel_per_call = None;
+        spec.limits.deadline_per_call = deadline;
+        let guard = Arc::new(WriteGuard::new(guard(name), Arc::new(s.cluster.clone())));
+        let mut c = ControllerRunner::prepare(&runtime(), spec, &informers, guard, options.clone(), None).unwrap();
+        c.run();
+        c
+    };
+    let stalled: Vec<ControllerRunner> =
+        (0..5).map(|i| start("a", &format!("stall{i}"), json!({"map_stall": true}), Duration::from_secs(12))).collect();
+    let mapper = start("b", "mapper", json!({"map_keys": 1}), Duration::from_secs(1));
+    eventually("b reconciles the key its map returned", || !s.reconciles("b/mapped-o-0").is_empty()).await;
+    mapper.stop().await;
+    for c in stalled {
+        c.stop().await;
+    }
+    others.stop().await;
+    s.run.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_that_cannot_be_an_object_key_traps_and_queues_nothing() {
     let s = Setup::new(&[("a", "long")]);

@@ -23,6 +23,8 @@
 //! - `map_keys`: `n`: `map` returns `n` distinct keys for every object,
 //!   `<namespace>/mapped-<name>-<i>` (for tests of the host's bounds on
 //!   the keys a guest maps).
+//! - `map_stall`: `map` sleeps until the host ends the call (it holds its
+//!   delivery worker without burning a core).
 
 use std::collections::BTreeMap;
 
@@ -45,6 +47,7 @@ struct Settings {
     write_to: Option<String>,
     flood: Option<Flood>,
     map_keys: u32,
+    map_stall: bool,
 }
 
 #[derive(Deserialize)]
@@ -68,6 +71,7 @@ impl Default for Settings {
             write_to: None,
             flood: None,
             map_keys: 0,
+            map_stall: false,
         }
     }
 }
@@ -85,6 +89,9 @@ impl Reconciler for TestController {
     }
 
     fn map(&mut self, _informer: &str, obj: &informer_guest::Object) -> Vec<String> {
+        if self.settings.map_stall {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
         let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name());
         (0..self.settings.map_keys).map(|i| format!("{ns}/mapped-{name}-{i}")).collect()
     }

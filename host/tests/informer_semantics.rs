@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use informer_host::informer::{
-    DeletedObject, Delivered, Delivery, Delta, DeltaFifo, DeltaObject, FifoKind, HandlerError, Indexer, InformerError,
-    InformerOptions, Notification, Object, ObjectRef, Queue, Registration, ResourceEventHandler, SharedIndexInformer,
-    SourceError, TransformFunc, deliver_each,
+    CRASH_BACKOFF, DeletedObject, Delivered, Delivery, Delta, DeltaFifo, DeltaObject, FifoKind, HandlerError, Indexer,
+    InformerError, InformerOptions, Notification, Object, ObjectRef, Queue, Registration, ResourceEventHandler,
+    SharedIndexInformer, SourceError, TransformFunc, deliver_each,
 };
 use informer_host::source::MemorySource;
 use parking_lot::Mutex;
@@ -1964,6 +1964,60 @@ async fn test_blocking_handler_gets_batches_exactly_once() {
     eventually("updates", || log.len() == 6).await;
     assert_eq!(log.names(), names(&["p1", "p2", "p3", "p4", "p5", "p6"]), "in order, once each");
     assert!(Instant::now() - t < Duration::from_secs(1), "no crash, so no backoff");
+    stop.cancel();
+    run.await.unwrap();
+}
+
+/// A `Delivery::Blocking` handler that crashes with no notification to
+/// blame (`Delivered::crashed_between`: a wasm batch that trapped before
+/// any item began) loses nothing, and is resumed only after the crash
+/// backoff, as if it had crashed on an item: crashing that way cannot be
+/// cheaper than crashing on a notification.
+#[tokio::test(start_paused = true)]
+async fn test_a_crash_between_notifications_is_backed_off_and_skips_nothing() {
+    struct CrashesFirst {
+        inner: Recorder,
+        calls: Arc<Mutex<Vec<Instant>>>,
+    }
+    impl ResourceEventHandler for CrashesFirst {
+        fn on_add(&mut self, obj: &ObjectRef, initial: bool) -> Result<(), HandlerError> {
+            self.inner.on_add(obj, initial)
+        }
+        fn on_update(&mut self, old: &ObjectRef, new: &ObjectRef) -> Result<(), HandlerError> {
+            self.inner.on_update(old, new)
+        }
+        fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
+            self.inner.on_delete(obj)
+        }
+        fn delivery(&self) -> Delivery {
+            Delivery::Blocking
+        }
+        fn deliver_many(&mut self, batch: &[&Notification]) -> Delivered {
+            let mut calls = self.calls.lock();
+            calls.push(Instant::now());
+            if calls.len() == 1 {
+                return Delivered { crashed_between: Some("trapped before any item".into()), ..Delivered::default() };
+            }
+            drop(calls);
+            deliver_each(self, batch)
+        }
+    }
+
+    let source = MemorySource::new();
+    for i in 0..5 {
+        source.apply(pod(&format!("p{i}"))).unwrap();
+    }
+    let informer = informer(&source, Duration::ZERO);
+    let log = Log::default();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let reg = informer.add_event_handler(CrashesFirst { inner: Recorder::new(&log), calls: calls.clone() }).unwrap();
+    let (stop, run) = start(&informer);
+    eventually("initial list handled", || reg.has_synced()).await;
+    let expected: Vec<String> = (0..5).map(|i| format!("p{i}")).collect();
+    assert_eq!(log.sorted_names(), expected, "nothing skipped, nothing repeated");
+    assert_eq!(reg.stats().crashed.load(Ordering::Relaxed), 0, "no notification crashed");
+    let calls = calls.lock().clone();
+    assert!(calls.len() >= 2 && calls[1] - calls[0] >= CRASH_BACKOFF, "resumed after {:?}", calls[1] - calls[0]);
     stop.cancel();
     run.await.unwrap();
 }

@@ -114,6 +114,11 @@ pub struct Delivered {
     pub handled: usize,
     /// The handled ones that failed, by position; a crash can only be last.
     pub errors: Vec<(usize, HandlerError)>,
+    /// The handler crashed with no notification to blame (a batch that
+    /// trapped before any item began): none is skipped, but the listener
+    /// waits [`super::listener::CRASH_BACKOFF`] as after any crash, so
+    /// crashing this way costs what crashing on an item costs.
+    pub crashed_between: Option<String>,
 }
 
 impl Delivered {

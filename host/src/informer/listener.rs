@@ -113,6 +113,10 @@ enum Round {
         kind: &'static str,
         msg: String,
     },
+    /// The handler crashed with no notification to blame; none was skipped.
+    CrashedBetween {
+        msg: String,
+    },
     Closed,
 }
 
@@ -455,7 +459,7 @@ impl ProcessorListener {
             }
         }
         tally.flush(&self.stats);
-        (handled, crash)
+        (handled, crash.or(d.crashed_between.map(|msg| Round::CrashedBetween { msg })))
     }
 
     /// The delivery loop (client-go's `pop` and `run` together). Returns
@@ -517,6 +521,13 @@ impl ProcessorListener {
                     tracing::error!(
                         handler = %self.name, key = %key, kind,
                         "handler crashed, notification skipped; resuming in 1s: {msg}"
+                    );
+                    tokio::time::sleep(CRASH_BACKOFF).await;
+                }
+                Round::CrashedBetween { msg } => {
+                    tracing::error!(
+                        handler = %self.name,
+                        "handler crashed between notifications, none skipped; resuming in 1s: {msg}"
                     );
                     tokio::time::sleep(CRASH_BACKOFF).await;
                 }

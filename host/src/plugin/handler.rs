@@ -367,7 +367,7 @@ impl ResourceEventHandler for WasmHandler {
         }
         let mut slot = match self.live() {
             Ok(slot) => slot,
-            Err(e) => return Delivered { handled: 1, errors: vec![(0, e)] },
+            Err(e) => return Delivered { handled: 1, errors: vec![(0, e)], crashed_between: None },
         };
         let live = slot.as_mut().expect("started above");
         let Some(on_batch) = live.on_batch else {
@@ -406,7 +406,7 @@ impl ResourceEventHandler for WasmHandler {
                 let deadline = self.spec.limits.deadline_per_call.as_secs_f64();
                 let time_share = if deadline > 0.0 { elapsed.as_secs_f64() / deadline } else { 0.0 };
                 self.batch_limit = next_batch_limit(self.batch_limit, fuel_share.max(time_share));
-                return Delivered { handled: batch.len(), errors: failed(u32::MAX) };
+                return Delivered { handled: batch.len(), errors: failed(u32::MAX), crashed_between: None };
             }
             Err(e) => e,
         };
@@ -416,6 +416,11 @@ impl ResourceEventHandler for WasmHandler {
         // skipped, as for a trap after `begin`.
         let violation = e.downcast_ref::<ProtocolViolation>().is_some();
         let blamed = if violation { progress.in_flight() } else { progress.begun };
+        // A trap before any item began is not counted: the probe that
+        // follows finds (and counts) the item at fault, if there is one.
+        // It is backed off all the same (`crashed_between`): it cost a
+        // call's budget and the next instance an `init`, so trapping this
+        // way again and again must cost what crashing on items costs.
         let msg = self.describe_counting(&e, &live.store, 1, blamed.is_some() || violation);
         match blamed {
             None if violation => {
@@ -423,13 +428,13 @@ impl ResourceEventHandler for WasmHandler {
                     plugin = %self.spec.name,
                     "trapped after every item of the batch was reported ({msg}); none is skipped"
                 );
-                Delivered { handled: batch.len(), errors: failed(u32::MAX) }
+                Delivered { handled: batch.len(), errors: failed(u32::MAX), crashed_between: None }
             }
             Some(at) => {
                 stats.observe_call(progress.since.elapsed().as_secs_f64());
                 let mut errors = failed(at);
                 errors.push((at as usize, HandlerError::Crashed(msg)));
-                Delivered { handled: at as usize + 1, errors }
+                Delivered { handled: at as usize + 1, errors, crashed_between: None }
             }
             None => {
                 let handled = progress.done as usize;
@@ -441,7 +446,7 @@ impl ResourceEventHandler for WasmHandler {
                      delivering the next {} one at a time to find the item at fault",
                     self.probing
                 );
-                Delivered { handled, errors: failed(progress.done) }
+                Delivered { handled, errors: failed(progress.done), crashed_between: Some(msg) }
             }
         }
     }

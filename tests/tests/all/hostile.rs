@@ -134,7 +134,7 @@ fn a_rearm_loop_in_a_batch_traps_at_once_skipping_only_its_item() {
         assert_eq!(d.errors.len(), 1, "{how}: {d:?}");
         // The item after it comes again and is delivered, by a fresh instance.
         let d = p.deliver(&batch[2..]);
-        assert_eq!(d, Delivered { handled: 1, errors: vec![] }, "{how}");
+        assert_eq!(d, Delivered { handled: 1, ..Delivered::default() }, "{how}");
         assert_eq!(p.log.events(), ["add ns/a rv=1 initial=false", "add ns/b rv=1 initial=false"], "{how}");
         assert_eq!(traps(p.stats()), [0, 0, 0, 0, 1], "{how}: one protocol trap, nothing else");
         // Each `on-batch` call is bounded by its items + 1 calls' fuel; the
@@ -142,6 +142,30 @@ fn a_rearm_loop_in_a_batch_traps_at_once_skipping_only_its_item() {
         let fuel = counter(&p.stats().fuel_consumed);
         assert!(fuel <= (3 + 1 + 1 + 1) * FUEL, "{how}: {fuel} fuel for 3 items of {FUEL} each");
     }
+}
+
+/// A guest whose `on-batch` traps before any item begins, while its
+/// one-notification exports behave: nothing is skipped (the host probes
+/// the batch one item at a time), but the handler reports the crash, and
+/// the listener backs off as after any crash. (Without the backoff, such a
+/// guest got a call's budget plus a fresh instance's `init`, ten calls'
+/// worth, per notification, as fast as it could trap.)
+#[test]
+fn a_batch_that_traps_before_any_item_is_backed_off_skipping_nothing() {
+    let mut p = Direct::hostile("batch-trap", json!({"attack": "batch-trap"}), fuel_limited);
+    let batch = adds(&["a", "b", "c"]);
+    let d = p.deliver(&batch);
+    assert_eq!(d.handled, 0, "{d:?}");
+    assert!(d.errors.is_empty(), "nothing skipped or failed: {d:?}");
+    assert!(d.crashed_between.as_deref().is_some_and(|m| m.contains("unreachable")), "{d:?}");
+    // Not counted: a probe that finds an item at fault counts that one.
+    assert_eq!(traps(p.stats()), [0, 0, 0, 0, 0]);
+    // Delivered again, probed one at a time: each once, in order.
+    assert_eq!(p.deliver(&batch), Delivered { handled: 3, ..Delivered::default() });
+    assert_eq!(
+        p.log.events(),
+        ["add ns/a rv=1 initial=false", "add ns/b rv=1 initial=false", "add ns/c rv=1 initial=false"]
+    );
 }
 
 #[test]
@@ -350,7 +374,7 @@ fn leaked_object_handles_count_against_the_memory_cap() {
     assert!(msg.contains("memory cap") && msg.contains("object handles"), "{msg}");
     assert_eq!(d.handled, 2);
     assert_eq!(traps(p.stats()), [0, 0, 1, 0, 0]);
-    assert_eq!(p.deliver(&batch[2..]), Delivered { handled: 1, errors: vec![] });
+    assert_eq!(p.deliver(&batch[2..]), Delivered { handled: 1, ..Delivered::default() });
 }
 
 /// A handle keeps its object version alive after the cache has moved on:
@@ -411,7 +435,7 @@ fn host_work_a_guest_causes_is_paid_for_in_fuel() {
     let fuel = |l: &mut Limits| l.fuel_per_call = Some(10_000_000);
     // Five parses of 1 MiB fit in 10 million.
     let mut p = Direct::hostile("few-parses", parse(5), fuel);
-    assert_eq!(p.deliver(std::slice::from_ref(&big)), Delivered { handled: 1, errors: vec![] });
+    assert_eq!(p.deliver(std::slice::from_ref(&big)), Delivered { handled: 1, ..Delivered::default() });
     // Two thousand do not: stopped at the tenth.
     let mut p = Direct::hostile("many-parses", parse(2_000), fuel);
     let d = p.deliver(std::slice::from_ref(&big));
@@ -438,11 +462,11 @@ fn metadata_copies_and_log_lines_are_paid_for_in_fuel() {
         let mut p = Direct::hostile(name, json!({"attack": "script", "steps": [{"begin": 0}, step, "ok"]}), fuel);
         p.deliver(std::slice::from_ref(&labelled))
     };
-    assert_eq!(run("few-copies", json!({"metadata": 10})), Delivered { handled: 1, errors: vec![] });
+    assert_eq!(run("few-copies", json!({"metadata": 10})), Delivered { handled: 1, ..Delivered::default() });
     let d = run("many-copies", json!({"metadata": 2_000}));
     assert!(crash_at(&d, 0).contains("out of fuel"), "{d:?}");
     // 64 KiB lines: the first is kept, the rest dropped, and all are paid.
-    assert_eq!(run("few-lines", json!({"log": [10, 65_536]})), Delivered { handled: 1, errors: vec![] });
+    assert_eq!(run("few-lines", json!({"log": [10, 65_536]})), Delivered { handled: 1, ..Delivered::default() });
     let d = run("many-lines", json!({"log": [2_000, 65_536]}));
     assert!(crash_at(&d, 0).contains("out of fuel"), "{d:?}");
 }
@@ -462,7 +486,7 @@ fn a_log_flood_is_cut_to_the_per_call_budget_and_the_drops_counted() {
     let config = json!({"attack": "log-flood", "lines": 1000, "bytes": 100});
     let mut p = Direct::hostile("log-flood", config, |l| l.log = per_call_log_limits());
     let d = p.deliver(&adds(&["a", "b", "c"]));
-    assert_eq!(d, Delivered { handled: 3, errors: vec![] });
+    assert_eq!(d, Delivered { handled: 3, ..Delivered::default() });
     // Each item: its flood (re-armed by `begin`/`done` around the item
     // before it), then its own line after `begin`.
     let emitted = p.log.events().len() as u64;
@@ -529,7 +553,7 @@ fn stderr_goes_to_the_log_only_with_the_grant_and_within_the_budget() {
     let config = json!({"attack": "stderr-flood", "lines": 1000, "bytes": 100});
     // Granted `log`: stderr shares the log budget.
     let mut p = Direct::hostile("stderr-granted", config.clone(), |l| l.log = per_call_log_limits());
-    assert_eq!(p.deliver(&adds(&["a"])), Delivered { handled: 1, errors: vec![] });
+    assert_eq!(p.deliver(&adds(&["a"])), Delivered { handled: 1, ..Delivered::default() });
     let forwarded = stderr_lines("stderr-granted").len();
     assert!((1..=100).contains(&forwarded), "{forwarded} stderr lines forwarded");
     assert!(counter(&p.stats().log_dropped_lines) >= 900);
@@ -538,7 +562,7 @@ fn stderr_goes_to_the_log_only_with_the_grant_and_within_the_budget() {
     let mut s = PluginSpec::new("stderr-denied", wasm("hostile-quiet"));
     s.config_json = config.to_string();
     let mut p = Direct::load(s, Log::default());
-    assert_eq!(p.deliver(&adds(&["a", "b"])), Delivered { handled: 2, errors: vec![] });
+    assert_eq!(p.deliver(&adds(&["a", "b"])), Delivered { handled: 2, ..Delivered::default() });
     assert_eq!(p.handler.on_add(&cm("c"), false), Ok(()));
     assert!(stderr_lines("stderr-denied").is_empty(), "{:#?}", stderr_lines("stderr-denied"));
     assert_eq!(counter(&p.stats().log_dropped_lines), 0, "nothing was even offered to the log");

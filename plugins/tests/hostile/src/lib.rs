@@ -25,6 +25,8 @@
 //! | `slow-init`     | (in `init`) spins `spins` times, forever when 0, then is fine  |
 //! | `init-error`    | (in `init`) returns an error of `bytes` bytes                  |
 //! | `script`        | runs `steps` on every call (below), ignoring `name`            |
+//! | `batch-trap`    | every `on-batch` call traps before any item begins; one        |
+//! |                 | notification per call is handled as `none` handles it         |
 //!
 //! Outside `on-batch` (one notification per call) the `delivery` calls of
 //! an attack are made all the same: they are out of protocol there.
@@ -117,6 +119,7 @@ enum Attack {
     Script {
         steps: Vec<Step>,
     },
+    BatchTrap,
 }
 
 fn many() -> u64 {
@@ -228,7 +231,8 @@ fn attack(attack: &Attack, item: &Item) -> Outcome {
         | Attack::SlowInit { .. }
         | Attack::SleepInit { .. }
         | Attack::InitError { .. }
-        | Attack::Script { .. } => {}
+        | Attack::Script { .. }
+        | Attack::BatchTrap => {}
         Attack::Rearm { how, rounds, work } => {
             if !matches!(how, Rearm::OutOfRange) {
                 delivery::begin(i);
@@ -377,6 +381,9 @@ impl batch_handler::Guest for Hostile {
             if let Attack::Script { steps } = &s.attack {
                 script(steps);
                 return;
+            }
+            if let Attack::BatchTrap = s.attack {
+                panic!("batch-trap: trapping before any item begins");
             }
             let items = kinds.len() as u32;
             let mut keys = tombstone_keys.into_iter();

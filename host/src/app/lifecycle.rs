@@ -261,6 +261,7 @@ impl App {
             })?;
             let registry = plugins.registry().map_err(AppError::Runtime)?;
             let options = PluginResourcesOptions {
+                write_client: sources.kube_write_client(),
                 namespace: pr.namespace.clone(),
                 identity: pr.identity.clone().unwrap_or_else(replica_identity),
                 max_component_bytes: pr.max_component_size,

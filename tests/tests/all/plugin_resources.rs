@@ -596,6 +596,36 @@ async fn a_plugin_whose_watch_never_lists_does_not_make_the_host_unready() {
     app.shutdown().await;
 }
 
+/// A Plugin that never settles (here its watch never lists) is looked at
+/// again after 1 s, 2 s, 4 s, … up to the resync, not every second for
+/// ever: each look fetches its component (a GET of the ConfigMap, or a
+/// registry pull) and usually writes its status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_never_settles_is_polled_with_backoff() {
+    let (server, client) = tenant_cluster(None).await;
+    let options = PluginResourcesOptions { identity: "replica-0".into(), ..PluginResourcesOptions::default() };
+    let resources =
+        PluginResources::start(client.clone(), PluginRegistry::new(runtime()), options, CancellationToken::new());
+    let mut spec = recorder_spec("v1.wasm");
+    spec.watch.api_version = "example.com/v1".into();
+    spec.watch.kind = "Widget".into();
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    plugins.create(&PostParams::default(), &Plugin::new("ghost", spec)).await.unwrap();
+    let component_gets = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with("/namespaces/team-a/configmaps/components"))
+            .count()
+    };
+    assert!(wait_until(LOAD, || component_gets() >= 1).await, "fetched once");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // At 0, 1, 3 and 7 s (and perhaps as the 10 s end): not ten or more.
+    let n = component_gets();
+    assert!((2..=5).contains(&n), "{n} fetches in 10 s");
+    resources.shutdown().await;
+}
+
 /// The host as deployed: `[plugin_resources]` in its TOML (with leases),
 /// a kubeconfig; a tenant's Plugin is loaded and Ready, the host's
 /// membership and plugin Leases are in the namespace, and a graceful

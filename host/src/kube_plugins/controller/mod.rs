@@ -52,7 +52,7 @@ const WORKERS: usize = 4;
 const NAMESPACE_BUSY_RETRY: Duration = Duration::from_millis(200);
 
 /// How the controller runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PluginResourcesOptions {
     /// Watch `Plugin`s of this namespace only; `None`: every namespace.
     pub namespace: Option<String>,
@@ -69,6 +69,12 @@ pub struct PluginResourcesOptions {
     pub log_sink: Option<LogSink>,
     /// Pulls `spec.component.oci`; `None`: OCI components are refused.
     pub oci: Option<Arc<OciPuller>>,
+    /// The client controllers' writes go through: one without kube's
+    /// default retries (see `Sources::kube_write_client`), so one guest
+    /// write is one request, and a 429 reaches the guest as `RateLimited`
+    /// rather than being sent again up to 15 times. `None`: the client
+    /// given to `start`.
+    pub write_client: Option<Client>,
 }
 
 impl Default for PluginResourcesOptions {
@@ -81,6 +87,7 @@ impl Default for PluginResourcesOptions {
             resync: Duration::from_secs(30),
             log_sink: None,
             oci: None,
+            write_client: None,
         }
     }
 }
@@ -120,6 +127,9 @@ pub struct PluginResources {
     watches: Mutex<HashMap<String, Watch>>,
     /// Namespaces a worker is reconciling a key of.
     busy_namespaces: Mutex<HashSet<String>>,
+    /// Plugins loaded but not settled (synced, nothing pending): the
+    /// generation and how many times in a row it was found so.
+    unsettled: Mutex<HashMap<String, (Option<i64>, u32)>>,
     /// Which plugins this replica owns, when replicas share them.
     coordinator: Mutex<Option<Coordinator>>,
     stop: CancellationToken,
@@ -172,7 +182,10 @@ impl PluginResources {
             plugins: informer("Plugin", "plugins", &gv, options.namespace.as_deref(), "plugin-resources"),
             policies: informer("TenantPolicy", "tenantpolicies", &gv, None, "tenant-policies"),
             namespaces: informer("Namespace", "namespaces", "v1", None, "namespaces"),
-            writer: Arc::new(KubeWriter::new(client.clone()).with_reporting_instance(options.identity.clone())),
+            writer: Arc::new(
+                KubeWriter::new(options.write_client.clone().unwrap_or_else(|| client.clone()))
+                    .with_reporting_instance(options.identity.clone()),
+            ),
             client,
             registry,
             options,
@@ -180,6 +193,7 @@ impl PluginResources {
             loaded: Mutex::new(HashMap::new()),
             watches: Mutex::new(HashMap::new()),
             busy_namespaces: Mutex::new(HashSet::new()),
+            unsettled: Mutex::new(HashMap::new()),
             coordinator: Mutex::new(None),
             stop,
             finished: CancellationToken::new(),
@@ -481,7 +495,12 @@ impl PluginResources {
                 // again soon until both hold (then at the resync).
                 let settled = report.synced.status == "True" && report.counters.as_ref().is_none_or(|c| c.pending == 0);
                 self.write_status(&plugin, report).await;
-                if settled { Next::Done } else { Next::After(Duration::from_secs(1)) }
+                if settled {
+                    self.unsettled.lock().remove(key);
+                    Next::Done
+                } else {
+                    Next::After(self.next_settle_poll(key, plugin.metadata.generation))
+                }
             }
             // Ownership moved while it loaded: the owner writes its status.
             Err(_) if !self.owns(key) => {
@@ -539,7 +558,24 @@ impl PluginResources {
         }
     }
 
+    /// When to look again at a plugin that has not settled: after 1 s, then
+    /// twice as long each time, up to the resync. A Plugin that never
+    /// settles (a watch that never lists, a controller whose queue is never
+    /// empty) must not be fetched and its status written every second for
+    /// ever. A new generation starts again at 1 s.
+    fn next_settle_poll(&self, key: &str, generation: Option<i64>) -> Duration {
+        let mut unsettled = self.unsettled.lock();
+        let (seen, n) = unsettled.entry(key.to_string()).or_insert((generation, 0));
+        if *seen != generation {
+            (*seen, *n) = (generation, 0);
+        }
+        let delay = Duration::from_secs(1u64 << (*n).min(16));
+        *n = n.saturating_add(1);
+        delay.min(self.options.resync.max(Duration::from_secs(1)))
+    }
+
     async fn unload(&self, key: &str) {
+        self.unsettled.lock().remove(key);
         let Some(l) = self.loaded.lock().remove(key) else { return };
         match l.runner {
             // Drains: a reconcile under way finishes, so no write of it

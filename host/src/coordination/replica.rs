@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
+use futures::StreamExt as _;
+
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
@@ -20,6 +22,9 @@ use super::lease::{
     new_lease, plugin_lease_name, preference, released, replica_lease_name,
 };
 use super::{CoordinatorConfig, Counters, Error};
+
+/// Lease writes (renewals, acquisitions) a round has in flight at once.
+const CONCURRENT_WRITES: usize = 16;
 
 /// What the handle, the rounds and the watchdog share.
 pub(super) struct Shared {
@@ -177,7 +182,8 @@ pub(super) async fn run(shared: Arc<Shared>, api: Api<Lease>, stop: Cancellation
     let mut plugins = shared.plugins.subscribe();
     let mut round = Rounds { shared: shared.clone(), api, observed: HashMap::new(), rounds: 0 };
     loop {
-        let next = Instant::now() + shared.config.retry_period;
+        let started = Instant::now();
+        let next = started + shared.config.retry_period;
         tokio::select! {
             _ = stop.cancelled() => break,
             r = round.once() => if let Err(e) = r {
@@ -192,6 +198,13 @@ pub(super) async fn run(shared: Arc<Shared>, api: Api<Lease>, stop: Cancellation
             _ = shared.wake.notified() => {}
             // A new plugin set gets a round at once.
             _ = plugins.changed() => {}
+        }
+        // But not more often than four times a period: each round lists
+        // every managed lease, and Plugins created and deleted in a loop
+        // must not turn that into a stream of lists.
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = sleep_until(started + shared.config.retry_period / 4) => {}
         }
     }
     // Bounded: an API server that does not answer must not hold the
@@ -309,9 +322,13 @@ impl Rounds {
                 self.release(&name, &lease.clone()).await;
             }
         }
-        for key in held {
-            self.renew(&key, leases.get(&plugin_lease_name(&key))).await;
-        }
+        // Concurrently: one after another, the renewals of a replica owning
+        // a few thousand plugins would take longer than the renew deadline
+        // (3 000 at 5 ms is 15 s against 10), and it would lose them all.
+        // (Collected first: a stream over the closure is not `Send` for
+        // every lifetime, which the spawned round needs.)
+        let renewals: Vec<_> = held.iter().map(|key| self.renew(key, leases.get(&plugin_lease_name(key)))).collect();
+        futures::stream::iter(renewals).buffer_unordered(CONCURRENT_WRITES).collect::<Vec<()>>().await;
         // The first round only announced this replica: take plugins once
         // the others' memberships are visible.
         if self.rounds < 2 {
@@ -320,17 +337,24 @@ impl Rounds {
         let mut candidates: Vec<&String> =
             plugins.iter().filter(|k| !self.shared.is_held(k) && !self.shared.is_handing_over(k)).collect();
         candidates.sort_by_key(|k| std::cmp::Reverse(preference(&me, k)));
-        for key in candidates {
-            if self.shared.held_keys().len() >= share {
-                break;
-            }
-            let name = plugin_lease_name(key);
-            match claim(&me, self.observed.get(&name), Instant::now()) {
-                Claim::HeldBy(_) => {}
-                Claim::Create => self.acquire(key, None).await,
-                Claim::Renew | Claim::Acquire => self.acquire(key, leases.get(&name)).await,
-            }
-        }
+        // Those it may take, most preferred first, up to its share (those
+        // lost to a race are tried again next round), concurrently.
+        let room = share.saturating_sub(self.shared.held_keys().len());
+        let now = Instant::now();
+        let takes: Vec<(&String, Option<&Lease>)> = candidates
+            .into_iter()
+            .filter_map(|key| {
+                let name = plugin_lease_name(key);
+                match claim(&me, self.observed.get(&name), now) {
+                    Claim::HeldBy(_) => None,
+                    Claim::Create => Some((key, None)),
+                    Claim::Renew | Claim::Acquire => Some((key, leases.get(&name))),
+                }
+            })
+            .take(room)
+            .collect();
+        let acquisitions: Vec<_> = takes.into_iter().map(|(key, lease)| self.acquire(key, lease)).collect();
+        futures::stream::iter(acquisitions).buffer_unordered(CONCURRENT_WRITES).collect::<Vec<()>>().await;
         self.collect_abandoned(&leases, &plugins, now).await;
         Ok(())
     }
@@ -403,7 +427,7 @@ impl Rounds {
 
     /// Renews an owned plugin's lease; on success it stays owned until the
     /// request's start plus the renew deadline.
-    async fn renew(&mut self, key: &str, lease: Option<&Lease>) {
+    async fn renew(&self, key: &str, lease: Option<&Lease>) {
         let cfg = self.cfg().clone();
         let Some(lease) = lease.filter(|l| holder(l) == cfg.identity) else {
             // Deleted, or taken over (this replica was partitioned longer
@@ -436,7 +460,7 @@ impl Rounds {
     }
 
     /// Creates (`lease` `None`) or takes over a plugin's lease.
-    async fn acquire(&mut self, key: &str, lease: Option<&Lease>) {
+    async fn acquire(&self, key: &str, lease: Option<&Lease>) {
         let cfg = self.cfg().clone();
         let name = plugin_lease_name(key);
         let start = Instant::now();

@@ -114,7 +114,7 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>, answered: Arc<Once
         Some(None) => return status_response(400, "BadRequest", "watch: invalid boolean value".into()),
     };
     let impersonate_user = header("impersonate-user");
-    let (route, kind, failure, throttled, denied) = {
+    let (route, kind, failure, throttled, denied, latency) = {
         let mut st = shared.state.lock();
         let route = route(&st.types, &path);
         let kind = match (&route, &method) {
@@ -162,8 +162,15 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>, answered: Arc<Once
             };
             authorize(&st.users, impersonate_user.as_deref(), &a).err()
         });
-        (route, kind, failure, throttled, denied)
+        let latency = match kind {
+            RequestKind::Create | RequestKind::Update | RequestKind::Patch | RequestKind::Delete => st.write_latency,
+            _ => std::time::Duration::ZERO,
+        };
+        (route, kind, failure, throttled, denied, latency)
     };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     if let Some((retry_after, style)) = throttled {
         return too_many_requests(retry_after, style);
     }

@@ -218,6 +218,7 @@ impl ApiServer {
                 requests: Vec::new(),
                 failures: Vec::new(),
                 throttles: Vec::new(),
+                write_latency: std::time::Duration::ZERO,
                 users: BTreeMap::new(),
                 gone_style: GoneStyle::default(),
                 watch_list: true,
@@ -442,6 +443,12 @@ impl ApiServer {
     /// `code` (e.g. `410` for a request with a `continue` token).
     pub fn fail_next_where(&self, matches: impl Fn(&RecordedRequest) -> bool + Send + 'static, code: u16) {
         self.shared.state.lock().failures.push(Failure { matches: Box::new(matches), code });
+    }
+
+    /// Every write (create, update, patch, delete) is answered `latency`
+    /// later, as if each were an etcd round trip that long.
+    pub fn set_write_latency(&self, latency: std::time::Duration) {
+        self.shared.state.lock().write_latency = latency;
     }
 
     /// Every request received so far, in order.

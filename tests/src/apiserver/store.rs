@@ -42,6 +42,9 @@ pub(super) struct State {
     pub(super) requests: Vec<RecordedRequest>,
     pub(super) failures: Vec<Failure>,
     pub(super) throttles: Vec<Throttle>,
+    /// How long every write (create, update, patch, delete) takes to be
+    /// answered, as an etcd round trip would.
+    pub(super) write_latency: std::time::Duration,
     /// Rules granted to impersonated users.
     pub(super) users: BTreeMap<String, Vec<Rule>>,
     pub(super) gone_style: GoneStyle,

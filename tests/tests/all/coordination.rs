@@ -292,6 +292,27 @@ async fn a_hand_over_waits_until_the_old_owner_stopped_the_plugin() {
     checker.task.abort();
 }
 
+/// A replica owning many plugins keeps them all while every Lease write
+/// takes a while: 500 plugins at 30 ms a write would take 15 s renewed
+/// one after another, past the 10 s renew deadline, and the replica would
+/// lose every plugin it had renewed first, round after round.
+#[tokio::test(start_paused = true)]
+async fn a_replica_owning_many_plugins_keeps_them_while_lease_writes_are_slow() {
+    const MANY: usize = 500;
+    let server = server().await;
+    server.set_write_latency(Duration::from_millis(30));
+    let keys: Vec<String> = (0..MANY).map(|i| format!("tenant-{}/plugin-{i}", i % 7)).collect();
+    let a = Coordinator::start(server.client(), config("replica-a"), CancellationToken::new()).unwrap();
+    a.set_plugins(keys);
+    let ra = a.owned();
+    wait_for("a owns every plugin", 10 * RETRY, || ra.borrow().len() == MANY).await;
+    let losses = a.stats().losses;
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert_eq!(ra.borrow().len(), MANY, "still owns every plugin");
+    assert_eq!(a.stats().losses, losses, "lost none to the renew deadline");
+    a.shutdown().await;
+}
+
 /// A loopback TCP proxy to the API server that can be cut: after `cut`,
 /// open connections and new ones hang (a network partition, not a refusal).
 async fn cuttable_proxy(upstream: std::net::SocketAddr, cut: CancellationToken) -> String {

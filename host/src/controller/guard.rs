@@ -12,7 +12,8 @@
 //!    or to a cluster-scoped object when the tenant may not, is refused.
 //! 3. Its client-side QPS and burst (a token bucket on Tokio's clock; a
 //!    write waits for its token, and one that would wait past its timeout
-//!    is refused as rate limited).
+//!    is refused as rate limited), and its tenant's, when all of a
+//!    tenant's controllers share one ([`WriteGuard::with_tenant_bucket`]).
 //! 4. The write itself, within a timeout, with the plugin's name as field
 //!    manager, `dryRun=All` when configured, and the tenant's identity when
 //!    it impersonates one.
@@ -136,13 +137,24 @@ pub struct WriteGuard {
     config: GuardConfig,
     writer: Arc<dyn ClusterWriter>,
     bucket: TokenBucket,
+    /// The bucket every controller of the tenant draws from too, and its
+    /// rate (for messages).
+    tenant_bucket: Option<(Arc<TokenBucket>, f64)>,
     pub stats: WriteStats,
 }
 
 impl WriteGuard {
     pub fn new(config: GuardConfig, writer: Arc<dyn ClusterWriter>) -> Self {
         let bucket = TokenBucket::new(config.qps, config.burst);
-        WriteGuard { config, writer, bucket, stats: WriteStats::default() }
+        WriteGuard { config, writer, bucket, tenant_bucket: None, stats: WriteStats::default() }
+    }
+
+    /// Each write also takes a token of `bucket` (of `qps` writes per
+    /// second), which the tenant's other controllers share: a tenant
+    /// running N controllers gets the tenant's rate, not N times one.
+    pub fn with_tenant_bucket(mut self, bucket: Arc<TokenBucket>, qps: f64) -> Self {
+        self.tenant_bucket = Some((bucket, qps));
+        self
     }
 
     pub fn config(&self) -> &GuardConfig {
@@ -219,13 +231,21 @@ impl WriteGuard {
             tracing::warn!(plugin = %plugin, tenant, verb, object = %shown, "write refused: {bound} has passed");
             return Err(WriteError::Timeout(format!("{verb} {target}: not sent, {bound} has passed")));
         }
-        let wait = self.bucket.reserve();
+        let own = self.bucket.reserve();
+        let shared = self.tenant_bucket.as_ref().map_or(Duration::ZERO, |(b, _)| b.reserve());
+        let wait = own.max(shared);
         if wait > timeout {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
-            let message = format!(
-                "plugin {plugin} is over its {} writes per second (burst {}): the next slot is in {wait:?}",
-                self.config.qps, self.config.burst
-            );
+            let message = match &self.tenant_bucket {
+                Some((_, qps)) if shared > own => format!(
+                    "tenant {} is over the {qps} writes per second its controllers share: the next slot is in {wait:?}",
+                    tenant
+                ),
+                _ => format!(
+                    "plugin {plugin} is over its {} writes per second (burst {}): the next slot is in {wait:?}",
+                    self.config.qps, self.config.burst
+                ),
+            };
             tracing::warn!(plugin = %plugin, tenant, verb, object = %shown, "write refused: {}", sanitize(&message, 4096));
             return Err(WriteError::RateLimited { message, retry_after_seconds: Some(wait.as_secs().max(1)) });
         }
@@ -377,6 +397,48 @@ mod tests {
         let sent = results.iter().filter(|r| r.is_ok()).count();
         assert_eq!(server.0.load(Ordering::Relaxed), 4 + sent);
         assert_eq!(g.stats.refused.load(Ordering::Relaxed) as usize, results.len() - sent);
+    }
+
+    /// Two controllers of one tenant, each allowed 10 writes per second,
+    /// share the tenant's 2: between them the burst of 4 goes at once, then
+    /// one write every 500 ms, whichever controller writes; a write that
+    /// would wait past its timeout for the tenant's slot is refused, naming
+    /// the tenant.
+    #[tokio::test(start_paused = true)]
+    async fn a_tenants_controllers_share_its_write_rate() {
+        let server = Arc::new(Counting::default());
+        let tenant = Arc::new(TokenBucket::new(2.0, 4));
+        let guard = |name: &str| {
+            let c = GuardConfig {
+                qps: 10.0,
+                burst: 20,
+                timeout: Duration::from_secs(1),
+                tenant: Some("team-a".into()),
+                ..GuardConfig::new(name)
+            };
+            WriteGuard::new(GuardConfig { rules: config().rules, ..c }, server.clone())
+                .with_tenant_bucket(tenant.clone(), 2.0)
+        };
+        let (one, two) = (guard("one"), guard("two"));
+        let start = tokio::time::Instant::now();
+        for i in 0..6 {
+            let g = if i % 2 == 0 { &one } else { &two };
+            g.write(patch("a", "x")).await.unwrap();
+        }
+        // 4 at once, then 2 more at 500 ms each: 1 s, not the 0 s of two
+        // separate buckets of 20.
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+        let ahead = (0..6).map(|i| if i % 2 == 0 { one.write(patch("a", "x")) } else { two.write(patch("a", "x")) });
+        let results = futures::future::join_all(ahead).await;
+        let refused: Vec<String> = results
+            .iter()
+            .filter_map(|r| match r {
+                Err(WriteError::RateLimited { message, .. }) => Some(message.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(!refused.is_empty(), "{results:?}");
+        assert!(refused.iter().all(|m| m.contains("tenant team-a is over the 2 writes per second")), "{refused:?}");
     }
 
     /// Never answers: a server that hangs.

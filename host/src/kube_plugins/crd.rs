@@ -377,6 +377,13 @@ pub struct TenantPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_writes_per_second: Option<u32>,
+    /// Writes per second all the controllers of one of its namespaces
+    /// share, in front of each one's own `writesPerSecond`: a tenant
+    /// running ten controllers gets this, not ten times theirs. Absent: no
+    /// shared limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub tenant_writes_per_second: Option<u32>,
     /// Writes of its controllers impersonate this ServiceAccount of the
     /// plugin's namespace, so the cluster's RBAC judges them too (the
     /// host's own account needs `impersonate` on serviceaccounts).

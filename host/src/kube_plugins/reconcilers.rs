@@ -41,6 +41,9 @@ pub(super) struct Assembly<'a> {
     pub log_sink: Option<LogSink>,
     /// Where the component came from, for messages.
     pub origin: &'a str,
+    /// The write bucket the tenant's controllers share, if its policy
+    /// sets a rate for them.
+    pub tenant_bucket: Option<Arc<crate::workqueue::TokenBucket>>,
 }
 
 /// Loads the controller in `bytes` and registers its handlers; its workers
@@ -103,7 +106,10 @@ pub(super) fn prepare(
         spec,
         bytes,
         &informers,
-        Arc::new(WriteGuard::new(guard, writer)),
+        Arc::new(match (a.tenant_bucket, s.tenant_qps) {
+            (Some(bucket), Some(qps)) => WriteGuard::new(guard, writer).with_tenant_bucket(bucket, f64::from(qps)),
+            _ => WriteGuard::new(guard, writer),
+        }),
         options,
         Some(visibility),
     )

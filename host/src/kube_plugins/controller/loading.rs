@@ -16,8 +16,24 @@ use crate::kube_plugins::policy::{ControllerSettings, Effective, Refusal};
 use crate::kube_plugins::reconcilers::{self, Assembly};
 use crate::plugin::{OnTrap, PluginSpec as RuntimeSpec};
 use crate::registry::{PluginDef, TenantPolicy as RegistryTenant};
+use crate::workqueue::TokenBucket;
 
 impl PluginResources {
+    /// The write bucket the controllers of `namespace` share, at `qps`
+    /// (burst twice that, as client-go's 5/10): the same bucket for every
+    /// controller of the namespace while the rate stays the same.
+    fn tenant_bucket(&self, namespace: &str, qps: u32) -> Arc<TokenBucket> {
+        let mut buckets = self.tenant_buckets.lock();
+        match buckets.get(namespace) {
+            Some((rate, bucket)) if *rate == qps => bucket.clone(),
+            _ => {
+                let bucket = Arc::new(TokenBucket::new(f64::from(qps), 2 * qps as usize));
+                buckets.insert(namespace.to_string(), (qps, bucket.clone()));
+                bucket
+            }
+        }
+    }
+
     /// The refusal of a Plugin past its tenant's `maxPlugins`, counted
     /// across the cluster: every replica ranks a namespace's Plugins the
     /// same way (oldest `creationTimestamp` first, then name; those being
@@ -266,6 +282,7 @@ impl PluginResources {
         let (kind, effective, controller) = (plugin.spec.watch.kind.clone(), effective.clone(), controller.clone());
         let Fetched { bytes, origin, .. } = fetched;
         let log_sink = self.options.log_sink.clone();
+        let tenant_bucket = controller.tenant_qps.map(|qps| self.tenant_bucket(&namespace, qps));
         let handle = tokio::runtime::Handle::current();
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
@@ -280,6 +297,7 @@ impl PluginResources {
                 informers,
                 log_sink,
                 origin: &origin,
+                tenant_bucket,
             };
             reconcilers::prepare(&runtime, writer, assembly, &bytes)
         })

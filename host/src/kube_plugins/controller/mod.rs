@@ -130,6 +130,9 @@ pub struct PluginResources {
     /// Plugins loaded but not settled (synced, nothing pending): the
     /// generation and how many times in a row it was found so.
     unsettled: Mutex<HashMap<String, (Option<i64>, u32)>>,
+    /// The write bucket each namespace's controllers share, and its rate
+    /// (one per tenant namespace that ran a controller: a few hundred bytes).
+    tenant_buckets: Mutex<HashMap<String, (u32, Arc<crate::workqueue::TokenBucket>)>>,
     /// Which plugins this replica owns, when replicas share them.
     coordinator: Mutex<Option<Coordinator>>,
     stop: CancellationToken,
@@ -194,6 +197,7 @@ impl PluginResources {
             watches: Mutex::new(HashMap::new()),
             busy_namespaces: Mutex::new(HashSet::new()),
             unsettled: Mutex::new(HashMap::new()),
+            tenant_buckets: Mutex::new(HashMap::new()),
             coordinator: Mutex::new(None),
             stop,
             finished: CancellationToken::new(),

@@ -59,6 +59,9 @@ pub struct ControllerSettings {
     pub rules: Vec<WriteRule>,
     pub max_concurrent_reconciles: usize,
     pub qps: u32,
+    /// The writes per second all the tenant's controllers share, if its
+    /// policy sets one.
+    pub tenant_qps: Option<u32>,
     pub dry_run: bool,
     /// `system:serviceaccount:<namespace>:<name>`, from the policy.
     pub impersonate: Option<String>,
@@ -310,6 +313,7 @@ fn admit_controller(c: &ControllerSpec, namespace: &str, policy: &TenantPolicy) 
             .collect(),
         max_concurrent_reconciles: workers as usize,
         qps,
+        tenant_qps: cap.tenant_writes_per_second,
         dry_run: c.dry_run,
         impersonate: cap
             .impersonate_service_account

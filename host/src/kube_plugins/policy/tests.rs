@@ -181,7 +181,12 @@ fn a_controllers_workers_and_write_rate_are_capped() {
     assert!(r.message.starts_with("spec.controller.writesPerSecond 50 exceeds the cap"), "{r}");
     s.controller.as_mut().unwrap().writes_per_second = Some(3);
     let c = admit(&s, "team-a", &writer_policy(), &Limits::default()).unwrap().controller.unwrap();
-    assert_eq!((c.max_concurrent_reconciles, c.qps), (2, 3));
+    assert_eq!((c.max_concurrent_reconciles, c.qps, c.tenant_qps), (2, 3, None));
+    // A tenant-wide rate the policy sets reaches every controller it admits.
+    let mut shared = writer_policy();
+    shared.spec.tenant_writes_per_second = Some(7);
+    let c = admit(&s, "team-a", &shared, &Limits::default()).unwrap().controller.unwrap();
+    assert_eq!(c.tenant_qps, Some(7));
 }
 
 #[test]

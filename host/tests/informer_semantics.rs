@@ -1906,6 +1906,31 @@ async fn test_repeated_gone_relists_back_off() {
     run.await.unwrap();
 }
 
+/// A `Delivery::Blocking` handler recording through `inner`, whose
+/// `deliver_many` is `batches` (given the recorder and the batch).
+struct Batching<F> {
+    inner: Recorder,
+    batches: F,
+}
+
+impl<F: FnMut(&mut Recorder, &[&Notification]) -> Delivered + Send + 'static> ResourceEventHandler for Batching<F> {
+    fn on_add(&mut self, obj: &ObjectRef, initial: bool) -> Result<(), HandlerError> {
+        self.inner.on_add(obj, initial)
+    }
+    fn on_update(&mut self, old: &ObjectRef, new: &ObjectRef) -> Result<(), HandlerError> {
+        self.inner.on_update(old, new)
+    }
+    fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
+        self.inner.on_delete(obj)
+    }
+    fn delivery(&self) -> Delivery {
+        Delivery::Blocking
+    }
+    fn deliver_many(&mut self, batch: &[&Notification]) -> Delivered {
+        (self.batches)(&mut self.inner, batch)
+    }
+}
+
 /// A `Delivery::Blocking` handler receives its notifications in batches
 /// (`deliver_many`). One that takes only part of each batch and crashes on
 /// one notification in the middle still gets every other notification
@@ -1913,29 +1938,6 @@ async fn test_repeated_gone_relists_back_off() {
 /// delivery resumes a second later, as for a handler called one at a time.
 #[tokio::test(start_paused = true)]
 async fn test_blocking_handler_gets_batches_exactly_once() {
-    struct Batched {
-        inner: Recorder,
-        sizes: Arc<Mutex<Vec<usize>>>,
-    }
-    impl ResourceEventHandler for Batched {
-        fn on_add(&mut self, obj: &ObjectRef, initial: bool) -> Result<(), HandlerError> {
-            self.inner.on_add(obj, initial)
-        }
-        fn on_update(&mut self, old: &ObjectRef, new: &ObjectRef) -> Result<(), HandlerError> {
-            self.inner.on_update(old, new)
-        }
-        fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
-            self.inner.on_delete(obj)
-        }
-        fn delivery(&self) -> Delivery {
-            Delivery::Blocking
-        }
-        fn deliver_many(&mut self, batch: &[&Notification]) -> Delivered {
-            self.sizes.lock().push(batch.len());
-            deliver_each(self, &batch[..batch.len().min(3)])
-        }
-    }
-
     let source = MemorySource::new();
     for i in 0..10 {
         source.apply(pod(&format!("p{i}"))).unwrap();
@@ -1943,9 +1945,13 @@ async fn test_blocking_handler_gets_batches_exactly_once() {
     let informer = informer(&source, Duration::ZERO);
     let log = Log::default();
     let sizes = Arc::new(Mutex::new(Vec::new()));
-    let handler = Batched {
+    let offered = sizes.clone();
+    let handler = Batching {
         inner: Recorder::panicking(&log, |n| matches!(n, Notification::Add { obj, .. } if obj.name() == "p5")),
-        sizes: sizes.clone(),
+        batches: move |inner: &mut Recorder, batch: &[&Notification]| {
+            offered.lock().push(batch.len());
+            deliver_each(inner, &batch[..batch.len().min(3)])
+        },
     };
     let reg = informer.add_event_handler(handler).unwrap();
     let (stop, run) = start(&informer);
@@ -1975,34 +1981,6 @@ async fn test_blocking_handler_gets_batches_exactly_once() {
 /// cheaper than crashing on a notification.
 #[tokio::test(start_paused = true)]
 async fn test_a_crash_between_notifications_is_backed_off_and_skips_nothing() {
-    struct CrashesFirst {
-        inner: Recorder,
-        calls: Arc<Mutex<Vec<Instant>>>,
-    }
-    impl ResourceEventHandler for CrashesFirst {
-        fn on_add(&mut self, obj: &ObjectRef, initial: bool) -> Result<(), HandlerError> {
-            self.inner.on_add(obj, initial)
-        }
-        fn on_update(&mut self, old: &ObjectRef, new: &ObjectRef) -> Result<(), HandlerError> {
-            self.inner.on_update(old, new)
-        }
-        fn on_delete(&mut self, obj: &DeletedObject) -> Result<(), HandlerError> {
-            self.inner.on_delete(obj)
-        }
-        fn delivery(&self) -> Delivery {
-            Delivery::Blocking
-        }
-        fn deliver_many(&mut self, batch: &[&Notification]) -> Delivered {
-            let mut calls = self.calls.lock();
-            calls.push(Instant::now());
-            if calls.len() == 1 {
-                return Delivered { crashed_between: Some("trapped before any item".into()), ..Delivered::default() };
-            }
-            drop(calls);
-            deliver_each(self, batch)
-        }
-    }
-
     let source = MemorySource::new();
     for i in 0..5 {
         source.apply(pod(&format!("p{i}"))).unwrap();
@@ -2010,7 +1988,20 @@ async fn test_a_crash_between_notifications_is_backed_off_and_skips_nothing() {
     let informer = informer(&source, Duration::ZERO);
     let log = Log::default();
     let calls = Arc::new(Mutex::new(Vec::new()));
-    let reg = informer.add_event_handler(CrashesFirst { inner: Recorder::new(&log), calls: calls.clone() }).unwrap();
+    let seen = calls.clone();
+    let handler = Batching {
+        inner: Recorder::new(&log),
+        batches: move |inner: &mut Recorder, batch: &[&Notification]| {
+            let mut calls = seen.lock();
+            calls.push(Instant::now());
+            if calls.len() == 1 {
+                return Delivered { crashed_between: Some("trapped before any item".into()), ..Delivered::default() };
+            }
+            drop(calls);
+            deliver_each(inner, batch)
+        },
+    };
+    let reg = informer.add_event_handler(handler).unwrap();
     let (stop, run) = start(&informer);
     eventually("initial list handled", || reg.has_synced()).await;
     let expected: Vec<String> = (0..5).map(|i| format!("p{i}")).collect();

@@ -439,10 +439,7 @@ impl Rounds {
             return;
         };
         let start = Instant::now();
-        let name = plugin_lease_name(key);
-        let pp = PostParams::default();
-        match self.api.replace(&name, &pp, &held_by(lease, &cfg.identity, cfg.lease_duration, SystemTime::now())).await
-        {
+        match self.write_held(key, lease, SystemTime::now()).await {
             Ok(_) => {
                 tracing::trace!(identity = %cfg.identity, plugin = %key, "renewed");
                 if self.shared.hold(key, start + cfg.renew_deadline) {
@@ -470,7 +467,7 @@ impl Rounds {
             None => {
                 self.api.create(&pp, &new_lease(&name, PLUGIN, Some(key), &cfg.identity, cfg.lease_duration, now)).await
             }
-            Some(l) => self.api.replace(&name, &pp, &held_by(l, &cfg.identity, cfg.lease_duration, now)).await,
+            Some(l) => self.write_held(key, l, now).await,
         };
         match result {
             Ok(_) => {
@@ -492,12 +489,19 @@ impl Rounds {
     /// it while the caller still runs it.
     async fn keep(&self, key: &str, lease: &Lease) {
         let cfg = self.cfg();
-        let name = plugin_lease_name(key);
-        let renewed = held_by(lease, &cfg.identity, cfg.lease_duration, SystemTime::now());
-        match self.api.replace(&name, &PostParams::default(), &renewed).await {
+        match self.write_held(key, lease, SystemTime::now()).await {
             Ok(_) => tracing::trace!(identity = %cfg.identity, plugin = %key, "kept until stopped"),
             Err(e) => tracing::debug!(identity = %cfg.identity, plugin = %key, error = %e, "keeping a lease failed"),
         }
+    }
+
+    /// Writes plugin `key`'s `lease` as held by this replica as of `now`
+    /// (a renewal, a take-over, a hand-over kept), on the `resourceVersion`
+    /// it was listed with.
+    async fn write_held(&self, key: &str, lease: &Lease, now: SystemTime) -> Result<Lease, kube::Error> {
+        let cfg = self.cfg();
+        let held = held_by(lease, &cfg.identity, cfg.lease_duration, now);
+        self.api.replace(&plugin_lease_name(key), &PostParams::default(), &held).await
     }
 
     /// Hands a lease over (the caller stopped owning it first).

@@ -62,7 +62,7 @@ pub struct EgressPolicy {
 
 impl EgressPolicy {
     fn is_internal(&self, host: &str, port: u16) -> bool {
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = unbracket(host);
         self.internal.iter().any(|allowed| {
             allowed == host
                 || allowed.rsplit_once(':').is_some_and(|(h, p)| unbracket(h) == host && p == port.to_string())

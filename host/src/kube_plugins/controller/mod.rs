@@ -294,11 +294,11 @@ impl PluginResources {
             // Handed over before this loop saw it owned (the channel keeps
             // only the latest set): its stop is confirmed all the same.
             let waiting = self.coordinator.lock().as_ref().map(Coordinator::handing_over).unwrap_or_default();
-            let lost: Vec<String> = {
+            let lost: std::collections::BTreeSet<String> = {
                 let loaded = self.loaded.lock();
                 before.iter().chain(loaded.keys()).chain(&waiting).filter(|k| !now.contains(*k)).cloned().collect()
             };
-            let stops = lost.iter().collect::<std::collections::BTreeSet<_>>().into_iter().map(|key| {
+            let stops = lost.iter().map(|key| {
                 let this = &self;
                 async move {
                     if this.loaded.lock().contains_key(key) {

@@ -559,6 +559,16 @@ async fn a_replica_joining_later_gets_its_share_once_the_first_stopped_it() {
     }
 }
 
+/// Creates Plugin `ghost`, a recorder watching a kind the API server does
+/// not serve: it loads, and its watch never lists.
+async fn create_ghost(client: &kube::Client) {
+    let mut spec = recorder_spec("v1.wasm");
+    spec.watch.api_version = "example.com/v1".into();
+    spec.watch.kind = "Widget".into();
+    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
+    plugins.create(&PostParams::default(), &Plugin::new("ghost", spec)).await.unwrap();
+}
+
 /// A tenant's Plugin whose watch never lists (a kind the API server does
 /// not serve) cannot keep the host's `/readyz` failing: its sync is the
 /// Plugin's own (status `Synced`), listed on `/readyz` but not counted.
@@ -576,11 +586,7 @@ async fn a_plugin_whose_watch_never_lists_does_not_make_the_host_unready() {
     let app = App::start(&config, &opts).await.unwrap();
     assert!(wait_until(LOAD, || app.readiness().ready).await, "{}", app.readiness().render());
 
-    let mut spec = recorder_spec("v1.wasm");
-    spec.watch.api_version = "example.com/v1".into();
-    spec.watch.kind = "Widget".into();
-    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
-    plugins.create(&PostParams::default(), &Plugin::new("ghost", spec)).await.unwrap();
+    create_ghost(&client).await;
     let loaded = || {
         server.get("informer-host.dev/v1alpha1", "Plugin", Some(NS), "ghost").is_some_and(|p| {
             p["status"]["conditions"]
@@ -606,11 +612,7 @@ async fn a_plugin_that_never_settles_is_polled_with_backoff() {
     let options = PluginResourcesOptions { identity: "replica-0".into(), ..PluginResourcesOptions::default() };
     let resources =
         PluginResources::start(client.clone(), PluginRegistry::new(runtime()), options, CancellationToken::new());
-    let mut spec = recorder_spec("v1.wasm");
-    spec.watch.api_version = "example.com/v1".into();
-    spec.watch.kind = "Widget".into();
-    let plugins: Api<Plugin> = Api::namespaced(client.clone(), NS);
-    plugins.create(&PostParams::default(), &Plugin::new("ghost", spec)).await.unwrap();
+    create_ghost(&client).await;
     let component_gets = || {
         server
             .requests()

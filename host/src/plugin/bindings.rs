@@ -54,11 +54,16 @@ pub mod kind {
 
 /// An object of the batch in flight, by address: lending it costs no
 /// reference-count traffic on an object every other listener is reading
-/// too; only `delivery.lend` clones it.
-struct Lent(*const ObjectRef);
+/// too; only `delivery.lend` clones it. Its metadata record's address is
+/// kept beside it, so copying a batch's records reads them one after
+/// another instead of reaching each through the object first.
+struct Lent {
+    obj: *const ObjectRef,
+    record: *const [u8],
+}
 
-// SAFETY: the pointee is an `Arc` (Send + Sync) that outlives the batch
-// (see `Progress::lend`).
+// SAFETY: the pointees are an `Arc` (Send + Sync) and the record it owns,
+// which outlive the batch (see `Progress::lend`).
 unsafe impl Send for Lent {}
 
 /// Longest error text kept from a guest (`delivery.done`, a returned
@@ -201,23 +206,27 @@ impl Progress {
     /// until it is taken out right after, as `WasmHandler` does with the
     /// batch it borrows. Nothing else reads `lent`.
     pub fn lend(&mut self, obj: &ObjectRef) {
-        self.metadata_bytes += obj.metadata_record().len();
-        self.lent.push(Lent(obj));
+        let record = obj.metadata_record();
+        self.metadata_bytes += record.len();
+        self.lent.push(Lent { obj, record });
     }
 
     /// `delivery.metadata`: every lent object's metadata record, in slot
-    /// order, which is the encoding the WIT describes.
-    fn metadata(&self) -> MetadataList {
+    /// order, which is the encoding the WIT describes; `indexed` puts the
+    /// table of where each record starts in front
+    /// (`delivery.indexed-metadata`).
+    fn metadata(&self, indexed: bool) -> MetadataList {
+        let records = self.lent.iter().map(|lent| lent.record).collect();
         // SAFETY: see `lend`: the batch outlives the call this runs in,
         // whose result is lowered before the call returns.
-        unsafe { MetadataList::new(self.lent.iter().map(|lent| lent.0).collect()) }
+        unsafe { MetadataList::new(records, self.metadata_bytes, indexed) }
     }
 
     /// The object in `slot`, if there is one.
     fn lent(&self, slot: u32) -> Option<ObjectRef> {
         let lent = self.lent.get(slot as usize)?;
         // SAFETY: see `lend`: the batch outlives the call this runs in.
-        Some(unsafe { (*lent.0).clone() })
+        Some(unsafe { (*lent.obj).clone() })
     }
 }
 
@@ -252,13 +261,15 @@ pub fn add_delivery_to_linker(linker: &mut Linker<Sandbox>) -> wasmtime::Result<
         };
         Ok((data.push_object(obj)?,))
     })?;
-    i.func_wrap("metadata", |mut cx: StoreContextMut<'_, Sandbox>, (): ()| {
-        // A copy of every record each call: host work, charged as such.
-        let data = cx.data_mut();
-        let bytes = progress(data)?.metadata_bytes;
-        data.charge_host_work(bytes)?;
-        Ok((progress(data)?.metadata(),))
-    })?;
+    for (name, indexed) in [("metadata", false), ("indexed-metadata", true)] {
+        i.func_wrap(name, move |mut cx: StoreContextMut<'_, Sandbox>, (): ()| {
+            // A copy of every record each call: host work, charged as such.
+            let data = cx.data_mut();
+            let list = progress(data)?.metadata(indexed);
+            data.charge_host_work(list.byte_len())?;
+            Ok((list,))
+        })?;
+    }
     Ok(())
 }
 

@@ -1,4 +1,5 @@
-//! `delivery.metadata`'s result, lowered straight into the guest.
+//! `delivery.metadata`'s and `delivery.indexed-metadata`'s results,
+//! lowered straight into the guest.
 //!
 //! Every object keeps its metadata in the WIT's record encoding, so a
 //! batch's metadata is those records one after another. Returned as a
@@ -19,44 +20,73 @@ use wasmtime::ValRaw;
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LowerContext};
 use wasmtime::component::{ComponentType, Lower};
 
-use crate::informer::ObjectRef;
+/// The metadata records of a batch's objects, lowered as one `list<u8>`:
+/// `delivery.metadata`'s records alone, or `delivery.indexed-metadata`'s
+/// table of where each starts followed by the same records.
+pub struct MetadataList {
+    /// Each lent object's record, in slot order.
+    records: Vec<*const [u8]>,
+    /// Bytes of the records together (known when the objects were lent,
+    /// so the lowering walks the objects once).
+    records_len: usize,
+    indexed: bool,
+}
 
-/// The metadata records of a batch's objects, lowered as one `list<u8>`.
-pub struct MetadataList(Vec<*const ObjectRef>);
-
-// SAFETY: the pointees are `Arc`s (Send + Sync), only read, and outlive the
-// list (see `new`).
+// SAFETY: the pointees are records owned by the batch's objects (`Arc`s,
+// Send + Sync), only read, and outlive the list (see `new`).
 unsafe impl Send for MetadataList {}
 unsafe impl Sync for MetadataList {}
 
 impl MetadataList {
+    /// `records`, `records_len` bytes together; `indexed` puts the table
+    /// of where each starts in front of them.
+    ///
     /// # Safety
     ///
     /// Every pointer must stay valid until the list is lowered: the host
-    /// call that returns it runs inside the `on-batch` call its objects
-    /// are lent to (see `Progress::lend`).
-    pub unsafe fn new(objects: Vec<*const ObjectRef>) -> Self {
-        MetadataList(objects)
+    /// call that returns it runs inside the `on-batch` call whose objects
+    /// own the records (see `Progress::lend`).
+    pub unsafe fn new(records: Vec<*const [u8]>, records_len: usize, indexed: bool) -> Self {
+        MetadataList { records, records_len, indexed }
     }
 
-    fn records(&self) -> impl Iterator<Item = &[u8]> {
-        // SAFETY: see `new`.
-        self.0.iter().map(|obj| unsafe { &**obj }.metadata_record())
+    /// Bytes the list takes in the guest: what the host copies.
+    pub fn byte_len(&self) -> usize {
+        self.table_len() + self.records_len
     }
 
-    /// Allocates the list in the guest and copies every record into it:
-    /// its address and length there.
+    fn table_len(&self) -> usize {
+        if self.indexed { 4 * self.records.len() } else { 0 }
+    }
+
+    /// Allocates the list in the guest and copies every record into it
+    /// (after the table, when indexed): its address and length there.
     fn lower<U>(&self, cx: &mut LowerContext<'_, U>) -> wasmtime::Result<(usize, usize)> {
-        let len: usize = self.records().map(<[u8]>::len).sum();
+        let len = self.byte_len();
         // `realloc` checks that what the guest returns lies in its memory.
         let ptr = cx.realloc(0, 0, 1, len)?;
         let memory = cx.as_slice_mut();
         let Some(dst) = memory.get_mut(ptr..).and_then(|m| m.get_mut(..len)) else {
             wasmtime::bail!("realloc returned a region outside the guest's memory");
         };
+        let (table, records) = dst.split_at_mut(self.table_len());
+        let mut table = table.chunks_exact_mut(4);
         let mut at = 0;
-        for record in self.records() {
-            dst[at..at + record.len()].copy_from_slice(record);
+        for &record in &self.records {
+            // SAFETY: see `new`.
+            let record = unsafe { &*record };
+            let Some(to) = records.get_mut(at..at + record.len()) else {
+                wasmtime::bail!(
+                    "a batch's metadata records outgrew the {} bytes they were counted at",
+                    self.records_len
+                );
+            };
+            to.copy_from_slice(record);
+            if let Some(entry) = table.next() {
+                // Each start is below `len`, which the guest's 32-bit
+                // memory bounds.
+                entry.copy_from_slice(&u32::try_from(self.table_len() + at)?.to_le_bytes());
+            }
             at += record.len();
         }
         Ok((ptr, len))

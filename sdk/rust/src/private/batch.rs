@@ -46,7 +46,7 @@ pub(crate) fn lend(slot: u32) -> RawObject {
     (installed().lend)(slot)
 }
 
-/// The batch's metadata (`delivery.metadata`), indexed.
+/// The batch's metadata (`delivery.indexed-metadata`).
 pub(crate) fn fetch_metadata() -> Records {
     Records::new((installed().metadata)())
 }
@@ -70,7 +70,7 @@ pub fn on_batch<T: ResourceEventHandler>(
     kinds: Vec<u8>,
     tombstone_keys: Vec<String>,
 ) {
-    DELIVERY.set(Some(Delivery { begin: delivery::begin, lend: delivery::lend, metadata: delivery::metadata }));
+    DELIVERY.set(Some(Delivery { begin: delivery::begin, lend: delivery::lend, metadata: delivery::indexed_metadata }));
     // Fetched by the first object whose metadata is read, shared by all.
     let metadata: Arc<OnceLock<Records>> = Arc::default();
     with(state, |handler| {

@@ -19,28 +19,35 @@ use crate::meta::{Meta, Records};
 /// needs more than metadata, so a handler that ignores it, or reads only
 /// its metadata, costs no host call of its own.
 pub struct Object {
-    /// The batch slot and the batch's metadata (fetched once per batch,
-    /// on first use, shared by its objects).
-    slot: Option<(u32, Arc<OnceLock<Records>>)>,
     handle: OnceCell<RawObject>,
-    /// The metadata of an object that is not a batch slot, once asked for.
-    own: OnceCell<Records>,
+    metadata: Metadata,
+}
+
+/// Where an object's metadata comes from.
+enum Metadata {
+    /// A batch slot: the batch's metadata (fetched once per batch, on
+    /// first use, shared by its objects).
+    Slot(u32, Arc<OnceLock<Records>>),
+    /// Not a batch slot: its own, once asked for.
+    Own(OnceCell<Records>),
 }
 
 impl From<RawObject> for Object {
     fn from(handle: RawObject) -> Self {
-        Object { slot: None, handle: handle.into(), own: OnceCell::new() }
+        Object { handle: handle.into(), metadata: Metadata::Own(OnceCell::new()) }
     }
 }
 
 impl Object {
     pub(crate) fn lent(slot: u32, metadata: Arc<OnceLock<Records>>) -> Self {
-        Object { slot: Some((slot, metadata)), handle: OnceCell::new(), own: OnceCell::new() }
+        Object { handle: OnceCell::new(), metadata: Metadata::Slot(slot, metadata) }
     }
 
     fn raw(&self) -> &RawObject {
         self.handle.get_or_init(|| {
-            let (slot, _) = self.slot.as_ref().expect("an object without a handle is a batch slot");
+            let Metadata::Slot(slot, _) = &self.metadata else {
+                unreachable!("an object without a handle is a batch slot")
+            };
             __private::lend(*slot)
         })
     }
@@ -49,16 +56,16 @@ impl Object {
     /// reads the batch's one metadata buffer; otherwise the first call
     /// fetches every field once.
     pub fn meta(&self) -> Meta<'_> {
-        match &self.slot {
-            Some((slot, metadata)) => metadata.get_or_init(__private::fetch_metadata).get(*slot as usize),
-            None => self.own.get_or_init(|| Records::of(self.raw())).get(0),
+        match &self.metadata {
+            Metadata::Slot(slot, metadata) => metadata.get_or_init(__private::fetch_metadata).get(*slot as usize),
+            Metadata::Own(own) => own.get_or_init(|| Records::of(self.raw())).get(0),
         }
     }
 
     /// The batch's view when this is a batch slot (owned accessors of other
     /// objects ask the host for just the field).
     fn slot_meta(&self) -> Option<Meta<'_>> {
-        self.slot.as_ref().map(|_| self.meta())
+        matches!(self.metadata, Metadata::Slot(..)).then(|| self.meta())
     }
 
     /// `namespace/name`, or `name` for a cluster-scoped object.

@@ -19,7 +19,10 @@
 //!   the label count `n`;
 //! - a label table of `2n + 1` offsets: label `i`'s key is the bytes between
 //!   offsets `2i` and `2i + 1`, its value those between `2i + 1` and `2i + 2`;
-//! - the UTF-8 bytes: the fields in order, then the labels.
+//! - the UTF-8 bytes: the fields in order, then the labels. Fields may
+//!   share bytes: when the key is `namespace/name` (or a cluster-scoped
+//!   object's name), [`encode`] writes the namespace and the name only
+//!   inside the key, so a reader must find every field by its offset.
 //!
 //! Every offset and length sits at a fixed place in the header or the label
 //! table, so a reader finds any field or label with one read, never by
@@ -99,25 +102,42 @@ fn set(out: &mut [u8], i: usize, word: usize) {
 
 /// One record: `fields` in [`Field`] order, `labels` in the order readers
 /// will see them (the host writes them in key order).
+///
+/// When the key is `namespace/name` (or, without a namespace, the name),
+/// the namespace and the name are written once, inside the key: every
+/// reader finds a field by its offset, so fields may share bytes.
 pub fn encode<'s>(
     fields: [Option<&str>; FIELDS],
     labels: impl ExactSizeIterator<Item = (&'s str, &'s str)> + Clone,
 ) -> Result<Vec<u8>, TooLarge> {
+    let inside_key = inside_key(&fields);
     let table = 4 * (2 * labels.len() + 1);
     let len = HEADER
         + table
-        + fields.iter().flatten().map(|f| f.len()).sum::<usize>()
+        + fields
+            .iter()
+            .enumerate()
+            .filter(|(f, _)| inside_key[*f].is_none())
+            .flat_map(|(_, t)| *t)
+            .map(str::len)
+            .sum::<usize>()
         + labels.clone().map(|(k, v)| k.len() + v.len()).sum::<usize>();
     u32::try_from(len).map_err(|_| TooLarge)?;
     let mut out = Vec::with_capacity(len);
     out.resize(HEADER + table, 0);
+    let key_at = out.len();
     for (f, field) in fields.into_iter().enumerate() {
-        let at = out.len();
+        let at = match inside_key[f] {
+            Some(within) => key_at + within,
+            None => out.len(),
+        };
         set(&mut out, 1 + 2 * f, at);
         match field {
             Some(text) => {
                 set(&mut out, 2 + 2 * f, text.len());
-                out.extend_from_slice(text.as_bytes());
+                if inside_key[f].is_none() {
+                    out.extend_from_slice(text.as_bytes());
+                }
             }
             None => set(&mut out, 2 + 2 * f, NONE as usize),
         }
@@ -137,6 +157,27 @@ pub fn encode<'s>(
     set(&mut out, 0, size);
     debug_assert_eq!(out.len(), len);
     Ok(out)
+}
+
+/// For each field, where it lies inside the key when it is not written on
+/// its own: the namespace and the name of a key `namespace/name`, the name
+/// of a cluster-scoped key.
+fn inside_key(fields: &[Option<&str>; FIELDS]) -> [Option<usize>; FIELDS] {
+    let mut within = [None; FIELDS];
+    let (Some(key), namespace, Some(name)) =
+        (fields[Field::Key as usize], fields[Field::Namespace as usize], fields[Field::Name as usize])
+    else {
+        return within;
+    };
+    match namespace {
+        Some(ns) if key.strip_prefix(ns).and_then(|rest| rest.strip_prefix('/')) == Some(name) => {
+            within[Field::Namespace as usize] = Some(0);
+            within[Field::Name as usize] = Some(ns.len() + 1);
+        }
+        None if key == name => within[Field::Name as usize] = Some(0),
+        _ => {}
+    }
+    within
 }
 
 /// The word at byte `at`, if four bytes are there.
@@ -359,6 +400,24 @@ mod tests {
         let b = Record::at(&bytes, first).unwrap();
         assert_eq!((b.field(Field::Key), b.field(Field::Namespace), b.label_count()), (Some("n"), None, 0));
         assert_eq!(b.bytes(), &bytes[first..]);
+    }
+
+    #[test]
+    fn the_namespace_and_name_are_written_inside_the_key_only_when_they_spell_it() {
+        let text = |key: &str, ns: Option<&str>, name: &str| {
+            let bytes = encode([Some(key), ns, Some(name), None, None, Some(""), Some("")], [].into_iter()).unwrap();
+            let r = Record::at(&bytes, 0).unwrap();
+            let fields = (r.field(Field::Key), r.field(Field::Namespace), r.field(Field::Name));
+            assert_eq!(fields, (Some(key), ns, Some(name)));
+            bytes.len() - HEADER - 4
+        };
+        assert_eq!(text("shop/web", Some("shop"), "web"), "shop/web".len());
+        assert_eq!(text("web", None, "web"), "web".len());
+        // Keys a custom key function made: every field written on its own.
+        assert_eq!(text("shop:web", Some("shop"), "web"), "shop:webshopweb".len());
+        assert_eq!(text("shop/web", Some("sho"), "p/web"), "shop/webshop/web".len());
+        assert_eq!(text("shop/webs", Some("shop"), "web"), "shop/websshopweb".len());
+        assert_eq!(text("x", None, "web"), "xweb".len());
     }
 
     #[test]

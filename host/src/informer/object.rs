@@ -264,25 +264,31 @@ mod tests {
             assert_eq!(word(0), bytes.len(), "the header's size is the record's");
             let count = word(15);
             let table_end = 64 + 4 * (2 * count + 1);
-            // Fields and labels follow the table, back to back, in order.
-            let mut at = table_end;
-            let fields = (0..7)
+            let fields: Vec<Option<(usize, usize)>> = (0..7)
                 .map(|f| {
                     let (offset, len) = (word(1 + 2 * f), word(2 + 2 * f));
-                    assert_eq!(offset, at, "field {f} starts where the one before ended");
-                    (len != u32::MAX as usize).then(|| {
-                        at += len;
-                        text(offset, at)
-                    })
+                    (len != u32::MAX as usize).then_some((offset, offset + len))
                 })
                 .collect();
+            // The key follows the table; the namespace and the name lie
+            // inside it when it is `namespace/name` (or the name); the
+            // other fields and then the labels follow, back to back.
+            let mut at = table_end;
+            for (f, span) in fields.iter().enumerate() {
+                let Some((from, to)) = *span else { continue };
+                if (f == 1 || f == 2) && from >= table_end && to <= fields[0].map_or(0, |k| k.1) {
+                    continue;
+                }
+                assert_eq!(from, at, "field {f} starts where the one before ended");
+                at = to;
+            }
             let bounds: Vec<usize> = (0..2 * count + 1).map(|j| word(16 + j)).collect();
             assert_eq!(bounds[0], at, "the first label starts after the fields");
             let labels = (0..count)
                 .map(|i| (text(bounds[2 * i], bounds[2 * i + 1]), text(bounds[2 * i + 1], bounds[2 * i + 2])));
             let labels = labels.collect();
             assert_eq!(bounds[2 * count], bytes.len(), "nothing after the labels");
-            (fields, labels)
+            (fields.into_iter().map(|span| span.map(|(from, to)| text(from, to))).collect(), labels)
         }
         let o = Object::from_json(
             r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"7",
@@ -302,6 +308,10 @@ mod tests {
             decode(cluster.metadata_record()),
             (vec![some("team-a"), None, some("team-a"), some("u"), None, some(""), some("Namespace")], vec![])
         );
+        // The namespace and the name are written once, inside the key.
+        let text_bytes = |o: &Object| o.metadata_record().len() - 64 - 4 * (2 * o.labels().count() + 1);
+        assert_eq!(text_bytes(&o), "ns/a7v1ConfigMapa1b2".len());
+        assert_eq!(text_bytes(&cluster), "team-auNamespace".len());
     }
 
     #[test]

@@ -114,31 +114,50 @@ fn main() {
     let batch: Vec<Notification> =
         objs.iter().map(|o| Notification::Add { obj: o.clone(), is_in_initial_list: false }).collect();
     let refs: Vec<&Notification> = batch.iter().collect();
-    for p in [&noop, &meta, &view]
+    // WASM_BENCH_EXTRA: more components (comma-separated paths, each named
+    // by its path), to compare builds of a plugin side by side in one run.
+    let extra: Vec<LoadedPlugin> = std::env::var("WASM_BENCH_EXTRA")
+        .iter()
+        .flat_map(|paths| paths.split(','))
+        .map(|path| wasm.load(PluginSpec::new(path, path)).unwrap())
+        .collect();
+    // WASM_BENCH_MICRO: only these plugins (comma-separated names).
+    let micro = std::env::var("WASM_BENCH_MICRO").ok();
+    let plugins: Vec<&LoadedPlugin> = [&noop, &meta, &view]
         .into_iter()
-        .filter(|p| std::env::var("WASM_BENCH_MICRO").map_or(true, |m| m == p.info.name))
-    {
-        let mut h = p.handler(None).unwrap();
-        let rounds: usize = std::env::var("WASM_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(2000);
-        // WASM_BENCH_SKIP_EACH: measure only the batch path (for profiling it).
-        let each_rounds = if std::env::var("WASM_BENCH_SKIP_EACH").is_ok() { 0 } else { rounds };
-        let t = Instant::now();
-        for _ in 0..each_rounds {
-            assert!(deliver_each(&mut h, &refs).all_ok(refs.len()));
+        .chain(&extra)
+        .filter(|p| micro.as_ref().is_none_or(|m| m.split(',').any(|m| m == p.info.name)))
+        .collect();
+    let mut handlers: Vec<_> = plugins.iter().map(|p| p.handler(None).unwrap()).collect();
+    let rounds: usize = std::env::var("WASM_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(2000);
+    // WASM_BENCH_SKIP_EACH: measure only the batch path (for profiling it).
+    let each_rounds = if std::env::var("WASM_BENCH_SKIP_EACH").is_ok() { 0 } else { rounds };
+    let each: Vec<f64> = handlers
+        .iter_mut()
+        .map(|h| {
+            let t = Instant::now();
+            for _ in 0..each_rounds {
+                assert!(deliver_each(h, &refs).all_ok(refs.len()));
+            }
+            t.elapsed().as_nanos() as f64 / (each_rounds.max(1) * batch_len) as f64
+        })
+        .collect();
+    // Each batch call timed on its own, the plugins taking turns call by
+    // call: the median and the best are steadier than the mean on a shared
+    // machine, where other tenants' load comes and goes for seconds at a
+    // time, and taking turns puts every plugin through the same spells, so
+    // their figures compare side by side.
+    let mut calls: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds.max(1)); handlers.len()];
+    for _ in 0..rounds.max(1) {
+        for (h, calls) in handlers.iter_mut().zip(&mut calls) {
+            let t = Instant::now();
+            assert!(h.deliver_many(&refs).all_ok(refs.len()));
+            calls.push(t.elapsed());
         }
-        let each = t.elapsed().as_nanos() as f64 / (each_rounds.max(1) * batch_len) as f64;
-        // Each batch call timed on its own: the median and the best are
-        // steadier than the mean on a shared machine, where other tenants'
-        // load comes and goes for seconds at a time.
-        let mut calls: Vec<Duration> = (0..rounds.max(1))
-            .map(|_| {
-                let t = Instant::now();
-                assert!(h.deliver_many(&refs).all_ok(refs.len()));
-                t.elapsed()
-            })
-            .collect();
+    }
+    let per = |d: Duration| d.as_nanos() as f64 / batch_len as f64;
+    for ((p, each), mut calls) in plugins.iter().zip(each).zip(calls) {
         calls.sort();
-        let per = |d: Duration| d.as_nanos() as f64 / batch_len as f64;
         println!("{:<14} {:>12.0} {:>12.0} {:>12.1}", p.info.name, each, per(calls[calls.len() / 2]), per(calls[0]));
     }
     println!();

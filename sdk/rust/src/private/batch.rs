@@ -7,8 +7,7 @@
 //! `delivery`: the `controller` world has no such import and the host would
 //! refuse a component that asked for it.
 
-use std::cell::Cell;
-use std::sync::{Arc, OnceLock};
+use std::cell::{Cell, OnceCell};
 use std::thread::LocalKey;
 
 use super::{RawObject, State, with};
@@ -71,14 +70,17 @@ pub fn on_batch<T: ResourceEventHandler>(
     tombstone_keys: Vec<String>,
 ) {
     DELIVERY.set(Some(Delivery { begin: delivery::begin, lend: delivery::lend, metadata: delivery::indexed_metadata }));
-    // Fetched by the first object whose metadata is read, shared by all.
-    let metadata: Arc<OnceLock<Records>> = Arc::default();
+    // Fetched by the first object whose metadata is read, shared by all;
+    // it outlives every object below, each dropped with its item.
+    let metadata: OnceCell<Records> = OnceCell::new();
     with(state, |handler| {
         let mut keys = tombstone_keys.into_iter();
         let mut slot = 0u32;
         let mut next = || {
             slot += 1;
-            Object::lent(slot - 1, metadata.clone())
+            // SAFETY: each object is a temporary of its item, lent to the
+            // handler by reference, and dropped before `metadata`.
+            unsafe { Object::lent(slot - 1, &metadata) }
         };
         for (index, kind) in (0u32..).zip(kinds) {
             CURRENT.with(|c| c.set(Some(Current { index, begun: false })));

@@ -126,7 +126,8 @@ impl Progress {
         let calls = items as u64 + 1;
         let now = Instant::now();
         Progress {
-            lent: Vec::new(),
+            // One slot an item, two for an update: grown at most once.
+            lent: Vec::with_capacity(items),
             metadata_bytes: 0,
             items: items as u32,
             begun: None,

@@ -164,7 +164,8 @@ mod tests {
 
     #[test]
     fn views_read_every_field_of_every_record() {
-        let records = Records::new(indexed(&[record(Some("shop"), &[("app", "web"), ("tier", "")]), record(None, &[])]));
+        let records =
+            Records::new(indexed(&[record(Some("shop"), &[("app", "web"), ("tier", "")]), record(None, &[])]));
         let a = records.get(0);
         assert_eq!((a.key(), a.namespace(), a.name(), a.uid()), ("shop/n", Some("shop"), "n", None));
         assert_eq!((a.resource_version(), a.api_version(), a.kind()), (Some("7"), "v1", "ConfigMap"));

@@ -142,17 +142,22 @@ fn main() {
             t.elapsed().as_nanos() as f64 / (each_rounds.max(1) * batch_len) as f64
         })
         .collect();
-    // Each batch call timed on its own, the plugins taking turns call by
-    // call: the median and the best are steadier than the mean on a shared
-    // machine, where other tenants' load comes and goes for seconds at a
-    // time, and taking turns puts every plugin through the same spells, so
-    // their figures compare side by side.
+    // Each batch call timed on its own, the plugins taking turns: the
+    // median and the best are steadier than the mean on a shared machine,
+    // where other tenants' load comes and goes for seconds at a time, and
+    // taking turns puts every plugin through the same spells, so their
+    // figures compare side by side. WASM_BENCH_TURN: calls per turn (1, the
+    // default, alternates call by call; a longer turn lets each plugin run
+    // with the caches to itself, as it would alone).
+    let turn: usize = std::env::var("WASM_BENCH_TURN").ok().and_then(|r| r.parse().ok()).unwrap_or(1).max(1);
     let mut calls: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds.max(1)); handlers.len()];
-    for _ in 0..rounds.max(1) {
+    for _ in 0..rounds.max(1).div_ceil(turn) {
         for (h, calls) in handlers.iter_mut().zip(&mut calls) {
-            let t = Instant::now();
-            assert!(h.deliver_many(&refs).all_ok(refs.len()));
-            calls.push(t.elapsed());
+            for _ in 0..turn {
+                let t = Instant::now();
+                assert!(h.deliver_many(&refs).all_ok(refs.len()));
+                calls.push(t.elapsed());
+            }
         }
     }
     let per = |d: Duration| d.as_nanos() as f64 / batch_len as f64;
